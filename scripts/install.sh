@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Install everything zarrfs needs on Debian (12 "bookworm" and later), idempotently:
+#   - system packages: fuse3, libfuse3-dev, pkg-config, gcc, and python3 /
+#     python3-dev / python3-venv when the current python3 lacks them
+#     (pyfuse3 is built from its sdist against libfuse3);
+#   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
+#     test extra (pytest, hypothesis, zarr, ruff).
+# Safe to run again: apt is skipped when nothing is missing, the venv is reused.
+# Run as root (or as a user with sudo) from any directory.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO_ROOT="$(pwd)"
+VENV="$REPO_ROOT/.venv"
+
+say() { printf 'install: %s\n' "$*"; }
+die() { printf 'install: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- apt packages
+pkg_installed() {
+    [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
+}
+
+need=()
+for pkg in fuse3 libfuse3-dev pkg-config gcc; do
+    pkg_installed "$pkg" || need+=("$pkg")
+done
+
+if ! command -v python3 >/dev/null 2>&1; then
+    need+=(python3 python3-dev python3-venv)
+else
+    if ! python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' 2>/dev/null; then
+        need+=(python3-dev)
+    fi
+    # Debian ships the venv module without ensurepip unless python3-venv is installed.
+    if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+        need+=(python3-venv)
+    fi
+fi
+
+if [ "${#need[@]}" -gt 0 ]; then
+    command -v apt-get >/dev/null 2>&1 \
+        || die "missing packages (${need[*]}) and no apt-get: this script supports Debian only"
+    SUDO=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || die "missing packages (${need[*]}); run as root to install them"
+        SUDO=(sudo)
+    fi
+    say "installing Debian packages: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -q
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${need[@]}"
+else
+    say "Debian packages already installed (fuse3 libfuse3-dev pkg-config gcc, python3 headers + venv)"
+fi
+
+# ------------------------------------------------------------------ /dev/fuse
+if [ ! -e /dev/fuse ]; then
+    say "/dev/fuse is missing; trying 'modprobe fuse'"
+    if command -v modprobe >/dev/null 2>&1; then
+        modprobe fuse 2>/dev/null || true
+    fi
+    [ -e /dev/fuse ] || die "/dev/fuse does not exist and 'modprobe fuse' did not create it.
+  zarrfs needs the FUSE kernel module. On a normal machine: 'modprobe fuse' as root.
+  In a container: start it with '--device /dev/fuse --cap-add SYS_ADMIN'."
+fi
+
+# ---------------------------------------------------------------- virtualenv
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    say "reusing virtualenv $VENV"
+else
+    say "creating virtualenv $VENV with $(command -v python3) ($(python3 --version 2>&1))"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+fi
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+say "upgrading pip"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+say "installing zarrfs (editable) with the test extra; pyfuse3 is compiled on first install"
+"$VENV/bin/python" -m pip install -q -e "$REPO_ROOT[test]"
+
+"$VENV/bin/python" -c 'import pyfuse3, numpy, numcodecs, trio, click' \
+    || die "the virtualenv is missing a runtime dependency (see the pip output above)"
+say "done: $VENV (activate with: source .venv/bin/activate)"
