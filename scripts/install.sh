@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything zarrfs needs on Debian (12 "bookworm" and later), idempotently:
-#   - system packages: fuse3, libfuse3-dev, pkg-config, gcc, and python3 /
+#   - system packages: fuse3, libfuse3-dev, pkg-config, gcc + libc6-dev, and python3 /
 #     python3-dev / python3-venv when the current python3 lacks them
 #     (pyfuse3 is built from its sdist against libfuse3);
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
@@ -22,7 +22,7 @@ pkg_installed() {
 }
 
 need=()
-for pkg in fuse3 libfuse3-dev pkg-config gcc; do
+for pkg in fuse3 libfuse3-dev pkg-config gcc libc6-dev; do
     pkg_installed "$pkg" || need+=("$pkg")
 done
 
@@ -49,9 +49,9 @@ if [ "${#need[@]}" -gt 0 ]; then
     say "installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     "${SUDO[@]}" apt-get update -q
-    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${need[@]}"
+    "${SUDO[@]}" apt-get install -y -q "${need[@]}"
 else
-    say "Debian packages already installed (fuse3 libfuse3-dev pkg-config gcc, python3 headers + venv)"
+    say "Debian packages already installed (fuse3 libfuse3-dev pkg-config gcc libc6-dev; python3 headers + venv)"
 fi
 
 # ------------------------------------------------------------------ /dev/fuse
@@ -78,7 +78,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 say "upgrading pip"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 say "installing zarrfs (editable) with the test extra; pyfuse3 is compiled on first install"
-"$VENV/bin/python" -m pip install -q -e "$REPO_ROOT[test]"
+"$VENV/bin/python" -m pip install -q -e ".[test]"
 
 "$VENV/bin/python" -c 'import pyfuse3, numpy, numcodecs, trio, click' \
     || die "the virtualenv is missing a runtime dependency (see the pip output above)"
