@@ -38,7 +38,7 @@ run cat "$MNT/foo/bar/.zarray"
 echo
 
 printf '\n# first values of foo/bar (float32, shape 100 x 60) through array.npy and array.raw\n'
-run "$PY" -c '
+"$PY" -c '
 import sys
 import numpy as np
 a = np.load(sys.argv[1] + "/array.npy", mmap_mode="r")
