@@ -1,0 +1,229 @@
+"""Command line: ``zarrfs mount`` and ``zarrfs umount``.
+
+Bad input ends with one line on stderr and a non-zero exit, never a traceback.
+Without ``-f`` the mount detaches: the parent exits 0 only once the daemon says the
+mount is ready, and otherwise relays the daemon's one-line error.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import logging.handlers
+import os
+import subprocess
+import sys
+import time
+from typing import NoReturn
+
+import click
+
+from zarrfs.core.chunks import parse_size
+from zarrfs.errors import ZarrfsError
+from zarrfs.fuse.operations import PID_XATTR
+
+log = logging.getLogger("zarrfs")
+
+LOG_FORMAT = "%(asctime)s zarrfs[%(process)d] %(levelname)s %(name)s: %(message)s"
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"zarrfs: error: {message}", err=True)
+    sys.exit(code)
+
+
+def setup_logging(level: str, log_file: str | None, detached: bool) -> None:
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(level.upper())
+    handler: logging.Handler
+    if log_file:
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    elif detached:
+        if not os.path.exists("/dev/log"):
+            root.addHandler(logging.NullHandler())
+            return
+        handler = logging.handlers.SysLogHandler(address="/dev/log")
+        handler.setFormatter(logging.Formatter("zarrfs[%(process)d]: %(levelname)s %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    if not os.path.exists(mountpoint):
+        fail(f"mountpoint {mountpoint!r} does not exist")
+    if not os.path.isdir(mountpoint):
+        fail(f"mountpoint {mountpoint!r} is not a directory")
+    if os.path.ismount(mountpoint):
+        fail(f"mountpoint {mountpoint!r} is already a mount point")
+    try:
+        if os.listdir(mountpoint):
+            fail(f"mountpoint {mountpoint!r} is not empty")
+    except OSError as e:
+        fail(f"mountpoint {mountpoint!r}: {e.strerror}")
+
+
+def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise click.BadParameter(f"unknown log level {value!r}")
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="zarrfs")
+def main() -> None:
+    """Mount Zarr stores as directories of flat array.raw / array.npy files."""
+
+
+@main.command()
+@click.argument("store")
+@click.argument("mountpoint")
+@click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground, log to stderr.")
+@click.option("--read-only", is_flag=True, help="Refuse every write (EROFS).")
+@click.option("-o", "fuse_opts", multiple=True, help="FUSE mount options, comma-separated.")
+@click.option("--cache-size", default="512M", show_default=True, help="Decoded-chunk cache.")
+@click.option("--log-level", default="info", show_default=True, callback=check_log_level)
+@click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")
+def mount(
+    store: str,
+    mountpoint: str,
+    foreground: bool,
+    read_only: bool,
+    fuse_opts: tuple[str, ...],
+    cache_size: str,
+    log_level: str,
+    log_file: str | None,
+) -> None:
+    """Mount the Zarr STORE (a directory) on MOUNTPOINT."""
+    from zarrfs.mount import MountOptions, build_operations
+
+    try:
+        cache_bytes = parse_size(cache_size)
+    except ValueError as e:
+        fail(str(e))
+    options = MountOptions(
+        # Writes arrive with the write-back issue; until then every mount is read-only.
+        read_only=True,
+        cache_size=cache_bytes,
+        fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
+    )
+    check_mountpoint(mountpoint)
+    if log_file:
+        try:
+            open(log_file, "a").close()
+        except OSError as e:
+            fail(f"log file {log_file!r}: {e.strerror}")
+    setup_logging(log_level, log_file, detached=False)
+    try:
+        ops = build_operations(store, options)
+    except ZarrfsError as e:
+        fail(str(e))
+    if foreground:
+        _serve_foreground(ops, mountpoint, options)
+    else:
+        _serve_detached(ops, mountpoint, options, log_level, log_file)
+
+
+def _serve_foreground(ops: object, mountpoint: str, options: object) -> None:
+    from zarrfs.mount import serve
+
+    try:
+        serve(ops, mountpoint, options)  # type: ignore[arg-type]
+    except RuntimeError as e:
+        fail(f"cannot mount on {mountpoint!r}: {e}")
+
+
+def _serve_detached(
+    ops: object, mountpoint: str, options: object, log_level: str, log_file: str | None
+) -> None:
+    from zarrfs.mount import serve
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            message = pipe.read().decode(errors="replace").strip()
+        if message == "ready":
+            sys.exit(0)
+        fail(message or "the mount daemon exited before the mount was ready")
+
+    # The daemon: its own session, no terminal, stdio closed so callers are not held.
+    os.close(read_end)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    setup_logging(log_level, log_file, detached=True)
+    reported = False
+
+    def ready() -> None:
+        nonlocal reported
+        os.write(write_end, b"ready")
+        os.close(write_end)
+        reported = True
+
+    code = 0
+    try:
+        serve(ops, mountpoint, options, on_ready=ready)  # type: ignore[arg-type]
+    except BaseException as e:
+        code = 1
+        log.exception("mount failed")
+        if not reported:
+            os.write(write_end, f"cannot mount on {mountpoint!r}: {e}".encode())
+    finally:
+        if not reported:
+            os.close(write_end)
+    os._exit(code)
+
+
+def _daemon_pid(mountpoint: str) -> int | None:
+    try:
+        return int(os.getxattr(mountpoint, PID_XATTR.decode()))
+    except OSError as e:
+        if e.errno == errno.ENOTCONN:  # daemon died; the mount only needs removing
+            return None
+        raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@main.command()
+@click.argument("mountpoint")
+@click.option("--timeout", default=0.0, help="Give up waiting for the daemon after N seconds.")
+def umount(mountpoint: str, timeout: float) -> None:
+    """Unmount MOUNTPOINT; returns once the zarrfs daemon has exited."""
+    if not os.path.isdir(mountpoint) and not os.path.ismount(mountpoint):
+        fail(f"{mountpoint!r} is not a directory")
+    if not os.path.ismount(mountpoint):
+        fail(f"{mountpoint!r} is not mounted")
+    try:
+        pid = _daemon_pid(mountpoint)
+    except OSError:
+        fail(f"{mountpoint!r} is not a zarrfs mount")
+    result = subprocess.run(
+        ["fusermount3", "-u", mountpoint], capture_output=True, text=True, check=False
+    )
+    if result.returncode:
+        reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
+        fail(f"cannot unmount {mountpoint!r}: {reason}")
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while pid is not None and _alive(pid):
+        if deadline is not None and time.monotonic() > deadline:
+            fail(f"daemon {pid} still running after {timeout:g}s")
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""One metadata model for every Zarr format version."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zarrfs.core.layout import Index, chunk_count
+from zarrfs.formats.codecs import CodecPipeline
+
+
+@dataclass(frozen=True)
+class ArrayMeta:
+    """Everything zarrfs needs to know about one array, whatever format it came from.
+
+    ``fill_value`` is the bytes of one element in ``dtype`` (byte order included), or
+    ``None`` for a ``null`` fill value, which reads as zero bytes. ``chunk_keys``
+    maps a chunk index to the store keys that may hold it, most likely first (more
+    than one only for legacy stores that do not record their key separator).
+    ``unsupported`` says why the array has no flat-file view, or is ``None``.
+    """
+
+    path: str
+    zarr_format: int
+    shape: Index
+    chunks: Index
+    dtype: np.dtype
+    order: str
+    fill_value: bytes | None
+    codecs: CodecPipeline
+    chunk_keys: Callable[[Index], list[str]]
+    documents: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    dimension_names: tuple[str | None, ...] | None = None
+    unsupported: str | None = None
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def chunk_nbytes(self) -> int:
+        return math.prod(self.chunks) * self.itemsize
+
+    @property
+    def n_chunks(self) -> int:
+        return chunk_count(self.shape, self.chunks)
+
+    @property
+    def fill_bytes(self) -> bytes:
+        """One element of fill as stored bytes; a null fill value is zero bytes."""
+        return self.fill_value if self.fill_value is not None else bytes(self.itemsize)
+
+    @property
+    def display_name(self) -> str:
+        return self.path or "/"
+
+
+@dataclass(frozen=True)
+class GroupMeta:
+    path: str
+    zarr_format: int
+    documents: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+NodeMeta = ArrayMeta | GroupMeta
+
+
+def join_key(path: str, name: str) -> str:
+    """Store key of ``name`` inside node ``path`` ("" is the store root)."""
+    return f"{path}/{name}" if path else name

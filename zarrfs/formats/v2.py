@@ -1,0 +1,138 @@
+"""Zarr storage specification v2: ``.zarray``, ``.zgroup``, ``.zattrs`` (pure parsing)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from zarrfs.core.layout import Index
+from zarrfs.errors import MetadataError
+from zarrfs.formats.codecs import CodecPipeline
+from zarrfs.formats.dtypes import (
+    check_geometry,
+    decode_fill_value,
+    has_fixed_size,
+    parse_dtype,
+    parse_shape,
+)
+from zarrfs.formats.model import ArrayMeta, GroupMeta, join_key
+
+log = logging.getLogger(__name__)
+
+ARRAY_KEY = ".zarray"
+GROUP_KEY = ".zgroup"
+ATTRS_KEY = ".zattrs"
+CONSOLIDATED_KEY = ".zmetadata"
+
+
+def load_json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MetadataError(f"{what} is not valid JSON: {e}") from e
+
+
+def load_json_object(data: bytes, what: str) -> dict[str, Any]:
+    doc = load_json(data, what)
+    if not isinstance(doc, dict):
+        raise MetadataError(f"{what} is not a JSON object")
+    return doc
+
+
+def parse_attrs(data: bytes | None, where: str) -> dict[str, Any]:
+    """Attributes are informational: a broken ``.zattrs`` is logged and read as empty."""
+    if data is None:
+        return {}
+    try:
+        return load_json_object(data, f"{where}/{ATTRS_KEY}")
+    except MetadataError as e:
+        log.warning("%s; ignoring the attributes", e)
+        return {}
+
+
+def v2_chunk_keys(path: str, separator: str | None, ndim: int) -> Callable[[Index], list[str]]:
+    """Chunk index → candidate keys.
+
+    Without a recorded ``dimension_separator`` the spec default "." is tried first,
+    then "/" — old NestedDirectoryStore data carries no separator (corpus policy).
+    """
+    seps = [separator] if separator else [".", "/"]
+
+    def keys(index: Index) -> list[str]:
+        parts = [str(i) for i in index] if ndim else ["0"]
+        return [join_key(path, sep.join(parts)) for sep in seps]
+
+    return keys
+
+
+def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
+    where = path or "/"
+    doc = load_json_object(zarray, f"{where}/{ARRAY_KEY}")
+    try:
+        fmt = doc["zarr_format"]
+        if fmt != 2:
+            raise MetadataError(f"{where}/{ARRAY_KEY}: zarr_format is {fmt!r}, expected 2")
+        shape = parse_shape(doc["shape"], "shape", positive=False)
+        chunks = parse_shape(doc["chunks"], "chunks", positive=True)
+        dtype = parse_dtype(doc["dtype"])
+        order = doc.get("order", "C")
+        if order not in ("C", "F"):
+            raise MetadataError(f"order must be 'C' or 'F', got {order!r}")
+        compressor = doc.get("compressor")
+        filters = doc.get("filters") or []
+        if compressor is not None and not (isinstance(compressor, dict) and "id" in compressor):
+            raise MetadataError(f"invalid compressor {compressor!r}")
+        if not isinstance(filters, list) or not all(
+            isinstance(f, dict) and "id" in f for f in filters
+        ):
+            raise MetadataError(f"invalid filters {filters!r}")
+        separator = doc.get("dimension_separator")
+        if separator not in (None, ".", "/"):
+            raise MetadataError(f"invalid dimension_separator {separator!r}")
+        check_geometry(shape, chunks, dtype)
+        fixed = has_fixed_size(dtype)
+        fill = decode_fill_value(doc.get("fill_value"), dtype) if fixed else None
+    except KeyError as e:
+        raise MetadataError(f"{where}/{ARRAY_KEY}: missing key {e.args[0]!r}") from e
+    except MetadataError as e:
+        if str(e).startswith(where):
+            raise
+        raise MetadataError(f"{where}/{ARRAY_KEY}: {e}") from e
+    attrs = parse_attrs(zattrs, where)
+    dims = attrs.get("_ARRAY_DIMENSIONS")
+    dimension_names = None
+    if isinstance(dims, list) and len(dims) == len(shape) and all(isinstance(d, str) for d in dims):
+        dimension_names = tuple(dims)
+    unsupported = None
+    if not fixed:
+        unsupported = f"dtype {dtype} has no fixed element size"
+    return ArrayMeta(
+        path=path,
+        zarr_format=2,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        order=order,
+        fill_value=fill,
+        codecs=CodecPipeline(compressor, filters),
+        chunk_keys=v2_chunk_keys(path, separator, len(shape)),
+        documents=(ARRAY_KEY, ATTRS_KEY) if zattrs is not None else (ARRAY_KEY,),
+        attrs=attrs,
+        dimension_names=dimension_names,
+        unsupported=unsupported,
+    )
+
+
+def parse_group(path: str, zgroup: bytes, zattrs: bytes | None) -> GroupMeta:
+    where = path or "/"
+    doc = load_json_object(zgroup, f"{where}/{GROUP_KEY}")
+    if doc.get("zarr_format") != 2:
+        raise MetadataError(f"{where}/{GROUP_KEY}: zarr_format is {doc.get('zarr_format')!r}")
+    docs = [GROUP_KEY]
+    if zattrs is not None:
+        docs.append(ATTRS_KEY)
+    return GroupMeta(
+        path=path, zarr_format=2, documents=tuple(docs), attrs=parse_attrs(zattrs, where)
+    )

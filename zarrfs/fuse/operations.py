@@ -1,0 +1,208 @@
+"""The thin pyfuse3 layer: inode and handle bookkeeping over the tree and its views.
+
+Every handler passes through one error boundary (``_boundary``): zarrfs errors
+become their errno, anything unexpected is logged with its traceback and becomes
+EIO. pyfuse3 ends ``main()`` on any other exception, so nothing else may escape.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pyfuse3
+import trio
+
+from zarrfs.errors import ReadOnlyError, ZarrfsError
+from zarrfs.fuse.inodes import HandleTable, InodeTable
+from zarrfs.tree import DirNode, FileNode, Node, Tree
+
+log = logging.getLogger(__name__)
+
+# The tree only changes through this mount, which invalidates what it changes,
+# so the kernel may cache names and attributes for a while.
+ATTR_TIMEOUT = 60.0
+PID_XATTR = b"user.zarrfs.pid"
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def _boundary(handler: F) -> F:
+    @functools.wraps(handler)
+    async def wrapper(*args: Any) -> Any:
+        try:
+            return await handler(*args)
+        except pyfuse3.FUSEError:
+            raise
+        except ZarrfsError as e:
+            if e.errno in (errno.ENOENT, errno.EROFS, pyfuse3.ENOATTR):
+                log.debug("%s: %s", handler.__name__, e)
+            else:
+                log.error("%s", e)
+            raise pyfuse3.FUSEError(e.errno) from None
+        except OSError as e:
+            log.error("%s: %s", handler.__name__, e)
+            raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
+        except Exception:
+            log.exception("internal error in %s", handler.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, tree: Tree, *, read_only: bool = True) -> None:
+        super().__init__()
+        self.tree = tree
+        self.read_only = read_only
+        self.inodes = InodeTable(tree.root)
+        self.files: HandleTable[FileNode] = HandleTable()
+        self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
+        self._uid = os.getuid()
+        self._gid = os.getgid()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    async def _entries(self, node: DirNode) -> dict[str, Node]:
+        if self.tree.loaded(node):
+            return self.tree.entries(node)
+        return await trio.to_thread.run_sync(self.tree.entries, node)
+
+    def _dir(self, inode: int) -> DirNode:
+        node = self.inodes.node(inode)
+        if not isinstance(node, DirNode):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return node
+
+    def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = self.inodes.inode_of(node)
+        attr.generation = 0
+        attr.entry_timeout = ATTR_TIMEOUT
+        attr.attr_timeout = ATTR_TIMEOUT
+        write_bits = 0 if self.read_only else 0o200
+        if isinstance(node, DirNode):
+            attr.st_mode = stat.S_IFDIR | 0o555 | write_bits
+            attr.st_nlink = 2
+            attr.st_size = 0
+        else:
+            attr.st_mode = stat.S_IFREG | 0o444 | write_bits
+            attr.st_nlink = 1
+            attr.st_size = node.view.size
+        attr.st_uid = self._uid
+        attr.st_gid = self._gid
+        attr.st_blksize = 128 * 1024
+        attr.st_blocks = -(-attr.st_size // 512)
+        mtime_ns = int(node.mtime * 1e9)
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime_ns
+        return attr
+
+    # -- namespace --------------------------------------------------------------------
+
+    @_boundary
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None = None
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        entries = await self._entries(parent)
+        node = entries.get(os.fsdecode(name))
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        attr = self.attributes(node)
+        self.inodes.remember(attr.st_ino)
+        return attr
+
+    @_boundary
+    async def forget(self, inode_list: list[tuple[int, int]]) -> None:
+        for inode, count in inode_list:
+            self.inodes.forget(inode, count)
+
+    @_boundary
+    async def getattr(
+        self, inode: int, ctx: pyfuse3.RequestContext | None = None
+    ) -> pyfuse3.EntryAttributes:
+        return self.attributes(self.inodes.node(inode))
+
+    @_boundary
+    async def setattr(
+        self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any = None
+    ) -> pyfuse3.EntryAttributes:
+        raise ReadOnlyError("setattr on a read-only mount")
+
+    @_boundary
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
+        node = self._dir(inode)
+        entries = await self._entries(node)
+        return self.dirs.add(list(entries.items()))
+
+    @_boundary
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        listing = self.dirs.get(fh)
+        for position in range(start_id, len(listing)):
+            name, node = listing[position]
+            if not pyfuse3.readdir_reply(
+                token, os.fsencode(name), self.attributes(node), position + 1
+            ):
+                break
+
+    @_boundary
+    async def releasedir(self, fh: int) -> None:
+        self.dirs.pop(fh)
+
+    # -- files ------------------------------------------------------------------------
+
+    @_boundary
+    async def open(
+        self, inode: int, flags: int, ctx: pyfuse3.RequestContext | None = None
+    ) -> pyfuse3.FileInfo:
+        node = self.inodes.node(inode)
+        if isinstance(node, DirNode):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if flags & _WRITE_FLAGS:
+            raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")
+        return pyfuse3.FileInfo(fh=self.files.add(node), keep_cache=True)
+
+    @_boundary
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        return await self.files.get(fh).view.read(off, size)
+
+    @_boundary
+    async def release(self, fh: int) -> None:
+        self.files.pop(fh)
+
+    # -- filesystem -------------------------------------------------------------------
+
+    @_boundary
+    async def statfs(self, ctx: pyfuse3.RequestContext | None = None) -> pyfuse3.StatvfsData:
+        data = pyfuse3.StatvfsData()
+        known = self.tree.store.statvfs()
+        bsize, blocks, free = known if known else (4096, 0, 0)
+        data.f_bsize = data.f_frsize = bsize
+        data.f_blocks = blocks
+        data.f_bfree = data.f_bavail = 0 if self.read_only else free
+        data.f_files = data.f_ffree = data.f_favail = 0
+        data.f_namemax = 255
+        return data
+
+    @_boundary
+    async def getxattr(
+        self, inode: int, name: bytes, ctx: pyfuse3.RequestContext | None = None
+    ) -> bytes:
+        # The daemon's pid lets `zarrfs umount` wait until the daemon has exited.
+        if inode == pyfuse3.ROOT_INODE and name == PID_XATTR:
+            return str(os.getpid()).encode()
+        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+
+    @_boundary
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> list:
+        self.inodes.node(inode)
+        return []

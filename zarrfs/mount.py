@@ -1,0 +1,114 @@
+"""Mount lifecycle: open the store, build the tree, run pyfuse3 under trio, unmount.
+
+Every exit path unmounts: a normal ``fusermount3 -u`` (pyfuse3.main returns),
+SIGTERM/SIGINT/SIGHUP (we call ``pyfuse3.terminate``), or an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyfuse3
+import trio
+
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.errors import ZarrfsError
+from zarrfs.fuse.operations import Operations
+from zarrfs.stores.directory import DirectoryStore
+from zarrfs.tree import Tree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MountOptions:
+    read_only: bool = True
+    cache_size: int = 512 * 2**20
+    fuse_options: list[str] = field(default_factory=list)
+    debug_fuse: bool = False
+
+
+class StoreOpenError(ZarrfsError):
+    """The STORE argument cannot be opened as a Zarr store."""
+
+
+def open_store(location: str) -> DirectoryStore:
+    if not os.path.exists(location):
+        raise StoreOpenError(f"store {location!r} does not exist")
+    if not os.path.isdir(location):
+        raise StoreOpenError(f"store {location!r} is not a directory")
+    if not os.access(location, os.R_OK | os.X_OK):
+        raise StoreOpenError(f"store {location!r} is not readable")
+    return DirectoryStore(location)
+
+
+def build_operations(location: str, options: MountOptions) -> Operations:
+    """Everything that can fail on bad input, done before mounting (and detaching)."""
+    store = open_store(location)
+    cache = ChunkCache(store, options.cache_size)
+    tree = Tree(store, cache)
+    return Operations(tree, read_only=options.read_only)
+
+
+def fuse_options(options: MountOptions) -> set[str]:
+    opts = set(pyfuse3.default_options)
+    opts |= {"fsname=zarrfs", "subtype=zarrfs"}
+    if options.read_only:
+        opts.add("ro")
+    if options.debug_fuse:
+        opts.add("debug")
+    opts.update(options.fuse_options)
+    return opts
+
+
+def notify_systemd(message: str) -> None:
+    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET, if set."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(message.encode(), address)
+    except OSError as e:
+        log.warning("cannot notify systemd: %s", e)
+
+
+async def _run() -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+                async for signum in sigs:
+                    log.info("received %s, unmounting", signal.Signals(signum).name)
+                    pyfuse3.terminate()
+
+        nursery.start_soon(watch_signals)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+def serve(
+    ops: Operations,
+    mountpoint: str,
+    options: MountOptions,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Mount, call ``on_ready``, serve until unmounted or signalled, then unmount."""
+    pyfuse3.init(ops, mountpoint, fuse_options(options))
+    try:
+        log.info("mounted %s on %s", ops.tree.store.describe(), mountpoint)
+        if on_ready is not None:
+            on_ready()
+        notify_systemd("READY=1")
+        trio.run(_run)
+        notify_systemd("STOPPING=1")
+    finally:
+        pyfuse3.close(unmount=True)
+        log.info("unmounted %s", mountpoint)

@@ -1,0 +1,169 @@
+"""The virtual namespace: Zarr groups and arrays as directories, views as files.
+
+Directories are classified by the metadata key they hold and listed lazily, on
+first use, so ``ls`` of one group reads only its children's metadata and never a
+chunk. Loading does store I/O and runs in worker threads; one lock serialises it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.errors import MetadataError, NotFoundError, StoreError
+from zarrfs.formats import v2
+from zarrfs.formats.model import ArrayMeta, NodeMeta, join_key
+from zarrfs.stores.base import Store
+from zarrfs.views.base import BytesView, View
+from zarrfs.views.npy import NpyView
+from zarrfs.views.raw import RawView
+
+log = logging.getLogger(__name__)
+
+RAW_NAME = "array.raw"
+NPY_NAME = "array.npy"
+
+
+@dataclass(eq=False)
+class FileNode:
+    name: str
+    view: View
+    mtime: float
+
+
+@dataclass(eq=False)
+class DirNode:
+    name: str
+    meta: NodeMeta
+    mtime: float
+    documents: dict[str, bytes]
+    entries: dict[str, Node] | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> str:
+        return self.meta.path
+
+    @property
+    def is_array(self) -> bool:
+        return isinstance(self.meta, ArrayMeta)
+
+
+Node = DirNode | FileNode
+
+
+class Tree:
+    def __init__(self, store: Store, cache: ChunkCache) -> None:
+        self.store = store
+        self.cache = cache
+        self._lock = threading.Lock()
+        self.root = self._load_root()
+
+    # -- loading (blocking: worker threads) -------------------------------------------
+
+    def _load_root(self) -> DirNode:
+        node = self._load_node("", "")
+        if node is None:
+            raise MetadataError(f"{self.store.describe()}: no Zarr group or array metadata found")
+        return node
+
+    def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
+        docs = {}
+        for name in names:
+            data = self.store.get(join_key(path, name))
+            if data is not None:
+                docs[name] = data
+        return docs
+
+    def _load_node(self, path: str, name: str) -> DirNode | None:
+        """Classify the store directory ``path``; ``None`` if it is no Zarr node.
+
+        Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
+        node is hidden with one log line and the rest of the tree stays usable.
+        """
+        docs = self._read_docs(path, (v2.ARRAY_KEY, v2.GROUP_KEY, v2.ATTRS_KEY))
+        try:
+            meta: NodeMeta
+            if v2.ARRAY_KEY in docs:
+                if v2.GROUP_KEY in docs:
+                    log.warning("%s holds both .zarray and .zgroup; showing the array", path or "/")
+                    del docs[v2.GROUP_KEY]
+                meta = v2.parse_array(path, docs[v2.ARRAY_KEY], docs.get(v2.ATTRS_KEY))
+            elif v2.GROUP_KEY in docs:
+                meta = v2.parse_group(path, docs[v2.GROUP_KEY], docs.get(v2.ATTRS_KEY))
+                if not path:
+                    docs.update(self._read_docs(path, (v2.CONSOLIDATED_KEY,)))
+            else:
+                return None
+        except MetadataError as e:
+            if not path:
+                raise
+            log.warning("hiding %s: %s", path, e)
+            return None
+        if isinstance(meta, ArrayMeta) and meta.unsupported:
+            log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
+        mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
+        mtime = max((m for m in mtimes if m is not None), default=time.time())
+        return DirNode(name=name, meta=meta, mtime=mtime, documents=docs)
+
+    @staticmethod
+    def _document_entries(node: DirNode) -> dict[str, Node]:
+        return {
+            name: FileNode(name, BytesView(data), node.mtime)
+            for name, data in node.documents.items()
+        }
+
+    def _array_entries(self, node: DirNode, meta: ArrayMeta) -> dict[str, Node]:
+        entries = self._document_entries(node)
+        if meta.unsupported is None:
+            raw = RawView(self.cache, meta)
+            entries[RAW_NAME] = FileNode(RAW_NAME, raw, node.mtime)
+            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(raw, meta), node.mtime)
+        return entries
+
+    def _group_entries(self, node: DirNode) -> dict[str, Node]:
+        entries = self._document_entries(node)
+        try:
+            listing = self.store.list_dir(node.path)
+        except StoreError as e:
+            log.warning("cannot list %s: %s", node.path or "/", e)
+            return entries
+        for child in listing.prefixes:
+            if child in entries:
+                continue
+            loaded = self._load_node(join_key(node.path, child), child)
+            if loaded is not None:
+                entries[child] = loaded
+        return entries
+
+    def entries(self, node: DirNode) -> dict[str, Node]:
+        """The directory's children by name, sorted (blocking on first call)."""
+        if node.entries is None:
+            with self._lock:
+                if node.entries is None:
+                    if isinstance(node.meta, ArrayMeta):
+                        loaded = self._array_entries(node, node.meta)
+                    else:
+                        loaded = self._group_entries(node)
+                    node.entries = dict(sorted(loaded.items()))
+        return node.entries
+
+    def lookup(self, node: DirNode, name: str) -> Node:
+        try:
+            return self.entries(node)[name]
+        except KeyError:
+            raise NotFoundError(name) from None
+
+    def resolve(self, path: str) -> Node:
+        """A node by its virtual path ("a/b/array.raw"); for tests and tools."""
+        node: Node = self.root
+        for part in [p for p in path.split("/") if p]:
+            if not isinstance(node, DirNode):
+                raise NotFoundError(path)
+            node = self.lookup(node, part)
+        return node
+
+    def loaded(self, node: DirNode) -> bool:
+        return node.entries is not None
