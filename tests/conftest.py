@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_STORE = REPO / "data" / "example.zarr"
+CORPUS = Path(os.environ.get("ZARRFS_CORPUS", REPO.parent / "shared" / "corpus"))
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The shared conformance corpus; its absence is a failure, not a skip."""
+    assert (CORPUS / "expected.json").is_file(), f"corpus not found at {CORPUS}"
+    return CORPUS
+
+
+@pytest.fixture(scope="session")
+def example_store() -> Path:
+    return EXAMPLE_STORE

@@ -1,0 +1,3 @@
+from zarrfs.cli import main
+
+main()
