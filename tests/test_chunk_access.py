@@ -171,7 +171,12 @@ def test_legacy_arrays_without_separator_probe_each_key_once(tmp_path, layout, n
     root = tmp_path / "legacy.zarr"
     separator = "." if layout == "flat" else "/"
     arr = _create(
-        root, name, shape, chunks, "<u2", 9,
+        root,
+        name,
+        shape,
+        chunks,
+        "<u2",
+        9,
         chunk_key_encoding={"name": "v2", "separator": separator},
     )
     arr[: shape[0] // 2] = 1
@@ -366,8 +371,14 @@ def test_fill_value_is_copied_bytewise(tmp_path, dtype, fill, element):
     root = tmp_path / "g.zarr"
     (root / "a").mkdir(parents=True)
     doc = {
-        "zarr_format": 2, "shape": [3, 4], "chunks": [2, 3], "dtype": dtype,
-        "fill_value": fill, "order": "C", "compressor": None, "filters": None,
+        "zarr_format": 2,
+        "shape": [3, 4],
+        "chunks": [2, 3],
+        "dtype": dtype,
+        "fill_value": fill,
+        "order": "C",
+        "compressor": None,
+        "filters": None,
         "dimension_separator": ".",
     }
     (root / "a" / ".zarray").write_text(json.dumps(doc))
@@ -440,10 +451,18 @@ def test_chunk_overlap_helper_agrees_with_a_hand_count():
     # guard the brute-force oracle itself: (9, 10, 7) in (4, 3, 5) chunks
     meta = parse_array(
         "x",
-        json.dumps({
-            "zarr_format": 2, "shape": [9, 10, 7], "chunks": [4, 3, 5], "dtype": "<i4",
-            "fill_value": 0, "order": "C", "compressor": None, "filters": None,
-        }).encode(),
+        json.dumps(
+            {
+                "zarr_format": 2,
+                "shape": [9, 10, 7],
+                "chunks": [4, 3, 5],
+                "dtype": "<i4",
+                "fill_value": 0,
+                "order": "C",
+                "compressor": None,
+                "filters": None,
+            }
+        ).encode(),
         None,
     )
     assert _overlapping_chunks(meta, 0, 4) == {(0, 0, 0)}

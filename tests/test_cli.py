@@ -175,9 +175,7 @@ def test_help_lists_the_options() -> None:
 # -- detaching and unmounting ------------------------------------------------------------
 
 
-def test_detached_mount_then_umount(
-    tmp_path: Path, example_store: Path, mountpoint: Path
-) -> None:
+def test_detached_mount_then_umount(tmp_path: Path, example_store: Path, mountpoint: Path) -> None:
     log_file = tmp_path / "daemon.log"
     pid = None
     try:

@@ -79,13 +79,19 @@ def build_fault_store(root: Path, example: Path) -> dict[str, bytes]:
     (root / "faulty/.zgroup").write_text('{"zarr_format": 2}')
     values = np.arange(GRID_ROWS * GRID_COLS, dtype="<f8").reshape(GRID_ROWS, GRID_COLS) / 3
     grid = zarr.create_array(
-        store=str(root / "faulty/grid"), shape=values.shape, chunks=(GRID_CHUNK_ROWS, GRID_COLS),
-        dtype="<f8", zarr_format=2, compressors=Zlib(level=1), fill_value=0.0,
+        store=str(root / "faulty/grid"),
+        shape=values.shape,
+        chunks=(GRID_CHUNK_ROWS, GRID_COLS),
+        dtype="<f8",
+        zarr_format=2,
+        compressors=Zlib(level=1),
+        fill_value=0.0,
     )
     grid[...] = values
     references["faulty/grid"] = values.tobytes()
     (root / "faulty/grid" / f"{GARBAGE_CHUNK}.0").write_bytes(
-        bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8)))
+        bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8))
+    )
     truncated = root / "faulty/grid" / f"{TRUNCATED_CHUNK}.0"
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
     # A valid zlib stream that decodes to the wrong number of bytes.
@@ -93,8 +99,13 @@ def build_fault_store(root: Path, example: Path) -> dict[str, bytes]:
 
     ints = np.arange(64 * 1024, dtype="<i4").reshape(64, 1024)
     nocodec = zarr.create_array(
-        store=str(root / "faulty/nocodec"), shape=ints.shape, chunks=(8, 1024), dtype="<i4",
-        zarr_format=2, compressors=Zlib(level=1), fill_value=NOCODEC_FILL,
+        store=str(root / "faulty/nocodec"),
+        shape=ints.shape,
+        chunks=(8, 1024),
+        dtype="<i4",
+        zarr_format=2,
+        compressors=Zlib(level=1),
+        fill_value=NOCODEC_FILL,
     )
     nocodec[:NOCODEC_STORED_ROWS] = ints[:NOCODEC_STORED_ROWS]
     zarray = json.loads((root / "faulty/nocodec/.zarray").read_text())
@@ -214,8 +225,10 @@ def test_unknown_codec(fault_store: tuple[Path, dict[str, bytes]], fault_mount: 
     row = 1024 * 4
     missing_start = NOCODEC_STORED_ROWS * row
     assert read_range(raw, missing_start, len(expected)) == expected[missing_start:]
-    assert read_range(raw, missing_start + 8 * row + 3, 1001) == \
-        expected[missing_start + 8 * row + 3 : missing_start + 8 * row + 1004]
+    assert (
+        read_range(raw, missing_start + 8 * row + 3, 1001)
+        == expected[missing_start + 8 * row + 3 : missing_start + 8 * row + 1004]
+    )
     expect_eio(raw, 0, 100)
     expect_eio(raw, 9 * row + 5, 10)
     assert "nosuchcodec" in fault_mount.log()
@@ -253,7 +266,8 @@ def test_broken_array_metadata_hides_only_that_array(
 
 @pytest.mark.parametrize("foreground", [False, True], ids=["detached", "foreground"])
 @pytest.mark.parametrize(
-    "zgroup", [b'{"zarr_format": 2', b'["zarr_format", 2]', b'{"zarr_format": 7}'],
+    "zgroup",
+    [b'{"zarr_format": 2', b'["zarr_format", 2]', b'{"zarr_format": 7}'],
     ids=["bad-json", "not-an-object", "bad-version"],
 )
 def test_broken_root_zgroup_fails_the_mount(
@@ -297,11 +311,19 @@ def build_large_store(root: Path) -> None:
 
     Plain os calls: pathlib's per-file overhead would triple the build time.
     """
-    zarray = json.dumps({
-        "zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<i4",
-        "compressor": {"id": "zlib", "level": 1}, "fill_value": 0, "order": "C",
-        "filters": None, "dimension_separator": ".",
-    }).encode()
+    zarray = json.dumps(
+        {
+            "zarr_format": 2,
+            "shape": [4],
+            "chunks": [4],
+            "dtype": "<i4",
+            "compressor": {"id": "zlib", "level": 1},
+            "fill_value": 0,
+            "order": "C",
+            "filters": None,
+            "dimension_separator": ".",
+        }
+    ).encode()
     zgroup = b'{"zarr_format": 2}'
     os.mkdir(root)
     write_new(f"{root}/.zgroup", zgroup)

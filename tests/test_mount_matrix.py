@@ -76,8 +76,18 @@ SPECS: list[Spec] = [
     S("ints/i1_b", "i1", (13, 7), (4, 3), "lzma"),
     S("ints/i2_a", ">i2", (31, 33), (8, 8), "gzip", "shuffle+delta", "C", "/", 1234, "partial"),
     S("ints/i2_b", ">i2", (9, 10), (9, 4), "zstd", "delta", "F"),
-    S("ints/i4_a", "<i4", (300, 257), (64, 100), "blosc-zstd", "shuffle+delta", "F", ".",
-      -123456, "partial"),
+    S(
+        "ints/i4_a",
+        "<i4",
+        (300, 257),
+        (64, 100),
+        "blosc-zstd",
+        "shuffle+delta",
+        "F",
+        ".",
+        -123456,
+        "partial",
+    ),
     S("ints/i4_b", "<i4", (50,), (16,), "bz2", "none", "C", "/", -5, "none"),
     S("ints/u8_a", "u8", (13, 7), (4, 3), "zlib", "delta", "C", "/", 42, "partial"),
     S("ints/u8_b", "u8", (5, 6, 7), (2, 4, 3), "none", "shuffle+delta", "F"),
@@ -92,33 +102,103 @@ SPECS: list[Spec] = [
     S("floats/deep/f8_c", "<f8", (13, 7), (4, 3), "blosc-zstd", "shuffle", "C", "/", NAN, "none"),
     # complex
     S("complex/c8_a", "c8", (13, 7), (4, 3), "zlib", "none", "F"),
-    S("complex/c8_b", "c8", (31, 33), (8, 8), "blosc-zstd", "shuffle", "C", "/",
-      complex(NAN, 1.5), "partial"),
+    S(
+        "complex/c8_b",
+        "c8",
+        (31, 33),
+        (8, 8),
+        "blosc-zstd",
+        "shuffle",
+        "C",
+        "/",
+        complex(NAN, 1.5),
+        "partial",
+    ),
     S("complex/c16_a", ">c16", (5, 6, 7), (2, 4, 3), "bz2", "none", "C", "/", DEFAULT, "partial"),
-    S("complex/c16_b", ">c16", (9, 10), (9, 4), "none", "shuffle", "F", ".", complex(INF, -INF),
-      "partial"),
+    S(
+        "complex/c16_b",
+        ">c16",
+        (9, 10),
+        (9, 4),
+        "none",
+        "shuffle",
+        "F",
+        ".",
+        complex(INF, -INF),
+        "partial",
+    ),
     # datetimes and timedeltas (default fill NaT)
     S("times/M8_a", "M8[ns]", (13, 7), (4, 3), "zstd", "none", "C", "/", DEFAULT, "partial"),
-    S("times/M8_b", "M8[ns]", (50,), (16,), "gzip", "shuffle", "F", ".",
-      np.datetime64("2001-02-03T04:05:06", "ns"), "partial"),
+    S(
+        "times/M8_b",
+        "M8[ns]",
+        (50,),
+        (16,),
+        "gzip",
+        "shuffle",
+        "F",
+        ".",
+        np.datetime64("2001-02-03T04:05:06", "ns"),
+        "partial",
+    ),
     S("times/m8_a", "m8[s]", (5, 6, 7), (2, 4, 3), "lzma", "none", "F", "/"),
-    S("times/m8_b", "m8[s]", (9, 10), (9, 4), "blosc-lz4", "shuffle", "C", ".",
-      np.timedelta64(3600, "s"), "partial"),
+    S(
+        "times/m8_b",
+        "m8[s]",
+        (9, 10),
+        (9, 4),
+        "blosc-lz4",
+        "shuffle",
+        "C",
+        ".",
+        np.timedelta64(3600, "s"),
+        "partial",
+    ),
     # fixed-size strings and opaque bytes
     S("strings/S6_a", "|S6", (13, 7), (4, 3), "zlib", "none", "C", ".", DEFAULT, "partial"),
     S("strings/S6_b", "|S6", (9, 10), (9, 4), "lzma", "shuffle", "F", "/", b"fill", "partial"),
-    S("strings/U5_a", "<U5", (5, 6, 7), (2, 4, 3), "blosc-zstd", "none", "F", ".", "h\u00e9llo",
-      "partial"),
+    S(
+        "strings/U5_a",
+        "<U5",
+        (5, 6, 7),
+        (2, 4, 3),
+        "blosc-zstd",
+        "none",
+        "F",
+        ".",
+        "h\u00e9llo",
+        "partial",
+    ),
     S("strings/U5_b", "<U5", (50,), (16,), "gzip", "shuffle", "C", "/"),
     S("strings/U3_a", ">U3", (13, 7), (4, 3), "bz2", "none", "C", "/", "ab", "partial"),
     S("strings/U3_b", ">U3", (31, 33), (8, 8), "zstd", "none", "F", "."),
     S("strings/V4_a", "|V4", (13, 7), (4, 3), "none", "none", "C", "/", DEFAULT, "partial"),
-    S("strings/V4_b", "|V4", (9, 10), (9, 4), "blosc-lz4", "shuffle", "F", ".",
-      b"\x01\x02\x03\x04", "partial"),
+    S(
+        "strings/V4_b",
+        "|V4",
+        (9, 10),
+        (9, 4),
+        "blosc-lz4",
+        "shuffle",
+        "F",
+        ".",
+        b"\x01\x02\x03\x04",
+        "partial",
+    ),
     # structured
     S("records/flat", FLAT_RECORD, (13, 7), (4, 3), "zlib", "none", "C", ".", DEFAULT, "partial"),
-    S("records/nested", NESTED_RECORD, (9, 10), (9, 4), "lzma", "shuffle", "F", "/", DEFAULT,
-      "partial"),
+    S(
+        "records/nested",
+        NESTED_RECORD,
+        (9, 10),
+        (9, 4),
+        "lzma",
+        "shuffle",
+        "F",
+        "/",
+        DEFAULT,
+        "partial",
+    ),
     # edge cases: 0-d, zero-length axes, one chunk larger than the whole array
     S("edge/scalar_f8", "<f8", (), (), "none", "none", "C", ".", NAN, "none"),
     S("edge/scalar_i2", ">i2", (), (), "zlib", "none", "C", "/", 3),
@@ -146,12 +226,42 @@ class HandSpec:
 
 
 HAND_SPECS: list[HandSpec] = [
-    HandSpec("records/hand_sub_f", SUBARRAY_RECORD, (7, 5), (3, 2), {"id": "zlib", "level": 4},
-             "F", "/", (-1, (2.5, (7, 9)), ("x", "yz", "")), ((1, 1), (2, 2)), True),
-    HandSpec("records/hand_sub_c", SUBARRAY_RECORD, (4, 3), (3, 2), None,
-             "C", ".", None, ((0, 1),), False),
-    HandSpec("edge/null_fill", "<i4", (7,), (3,), {"id": "gzip", "level": 1},
-             "C", ".", None, ((0,), (2,)), True),
+    HandSpec(
+        "records/hand_sub_f",
+        SUBARRAY_RECORD,
+        (7, 5),
+        (3, 2),
+        {"id": "zlib", "level": 4},
+        "F",
+        "/",
+        (-1, (2.5, (7, 9)), ("x", "yz", "")),
+        ((1, 1), (2, 2)),
+        True,
+    ),
+    HandSpec(
+        "records/hand_sub_c",
+        SUBARRAY_RECORD,
+        (4, 3),
+        (3, 2),
+        None,
+        "C",
+        ".",
+        None,
+        ((0, 1),),
+        False,
+    ),
+    HandSpec(
+        "edge/null_fill",
+        "<i4",
+        (7,),
+        (3,),
+        {"id": "gzip", "level": 1},
+        "C",
+        ".",
+        None,
+        ((0,), (2,)),
+        True,
+    ),
 ]
 
 # Arrays whose element size is not fixed: metadata only, no array.raw / array.npy.
@@ -188,8 +298,9 @@ def filters_for(name: str, dtype: np.dtype) -> list[Any] | None:
 # -- deterministic data --------------------------------------------------------------------
 
 
-def make_data(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator,
-              special_floats: bool = True) -> np.ndarray:
+def make_data(
+    dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator, special_floats: bool = True
+) -> np.ndarray:
     """Random values of ``dtype`` (recursing into structured and subarray fields)."""
     if dtype.subdtype is not None:
         base, sub = dtype.subdtype
@@ -221,14 +332,19 @@ def make_data(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator,
     elif kind == "S":
         alphabet = b"abcXYZ09\xff\x01 "
         flat = np.array(
-            [bytes(rng.choice(list(alphabet), size=rng.integers(0, dtype.itemsize + 1)))
-             for _ in range(n)], dtype=dtype)
+            [
+                bytes(rng.choice(list(alphabet), size=rng.integers(0, dtype.itemsize + 1)))
+                for _ in range(n)
+            ],
+            dtype=dtype,
+        )
     elif kind == "U":
         alphabet = ["a", "Z", "\u00e9", "\u00df", "\u6f22", "\U0001f600", " ", "0"]
         length = dtype.itemsize // 4
         flat = np.array(
             ["".join(rng.choice(alphabet, size=rng.integers(0, length + 1))) for _ in range(n)],
-            dtype=dtype)
+            dtype=dtype,
+        )
     elif kind == "V":
         flat = rng.integers(0, 256, size=n * dtype.itemsize, dtype=np.uint8).view(dtype)
     else:
@@ -309,8 +425,9 @@ def build_hand_array(root: Path, spec: HandSpec, rng: np.random.Generator) -> np
     for index in np.ndindex(*[len(g) for g in grid]):
         if index in spec.missing:
             continue
-        box = tuple(slice(i * c, min((i + 1) * c, n))
-                    for i, c, n in zip(index, spec.chunks, spec.shape))
+        box = tuple(
+            slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, spec.chunks, spec.shape)
+        )
         chunk = np.full(spec.chunks, fill_element, dtype=dtype)
         inner = tuple(slice(0, b.stop - b.start) for b in box)
         chunk[inner] = data[box]
@@ -353,8 +470,9 @@ def build_store(root: Path) -> tuple[dict[str, np.ndarray], dict[str, list[str]]
     for path in sorted({p.rsplit("/", 1)[0] for p in ARRAY_PATHS + OBJECT_ARRAYS}):
         group.require_group(path)
     written = {spec.path: build_zarr_array(root, spec, rng) for spec in SPECS}
-    objects = zarr.create_array(store=str(root / "strings/objects"), shape=(5,), chunks=(2,),
-                                dtype=str, zarr_format=2)
+    objects = zarr.create_array(
+        store=str(root / "strings/objects"), shape=(5,), chunks=(2,), dtype=str, zarr_format=2
+    )
     objects[...] = ["a", "bb", "", "\u00e9\u00e9", "ccc"]
     references = {}
     for spec in SPECS:
@@ -376,13 +494,17 @@ def build_store(root: Path) -> tuple[dict[str, np.ndarray], dict[str, list[str]]
 
     groups: dict[str, list[str]] = {}
     nodes = ARRAY_PATHS + OBJECT_ARRAYS
-    group_paths = {""} | {"/".join(p.split("/")[:i]) for p in nodes
-                          for i in range(1, p.count("/") + 1)}
+    group_paths = {""} | {
+        "/".join(p.split("/")[:i]) for p in nodes for i in range(1, p.count("/") + 1)
+    }
     for g in group_paths:
         docs = [d for d in (".zgroup", ".zattrs", ".zmetadata") if (root / g / d).is_file()]
         prefix = f"{g}/" if g else ""
-        children = {p[len(prefix):].split("/")[0] for p in nodes + sorted(group_paths)
-                    if p.startswith(prefix) and p != g}
+        children = {
+            p[len(prefix) :].split("/")[0]
+            for p in nodes + sorted(group_paths)
+            if p.startswith(prefix) and p != g
+        }
         groups[g] = sorted(docs + sorted(children))
     return references, groups
 
@@ -409,8 +531,9 @@ def assert_same_array(actual: np.ndarray, expected: np.ndarray, what: str) -> No
     assert actual.dtype == expected.dtype, what
     assert actual.dtype.str == expected.dtype.str, what  # byte order too
     assert actual.shape == expected.shape, what
-    same_bytes(np.ascontiguousarray(actual).tobytes(), np.ascontiguousarray(expected).tobytes(),
-               what)
+    same_bytes(
+        np.ascontiguousarray(actual).tobytes(), np.ascontiguousarray(expected).tobytes(), what
+    )
     if expected.dtype.fields is None and expected.dtype.kind != "V":
         np.testing.assert_array_equal(actual, expected, err_msg=what)
 
@@ -529,8 +652,14 @@ def test_stray_files_not_shown(matrix: Matrix) -> None:
     assert "README.txt" not in os.listdir(matrix.mount.path)
     assert "not_a_node" not in os.listdir(matrix.mount / "ints")
     assert "notes.txt" not in os.listdir(matrix.mount / "ints/i1_b")
-    for name in ("README.txt", "ints/not_a_node", "ints/i1_b/notes.txt", "ints/i1_b/0.0",
-                 "ints/i1_b/array.zarr", "floats/f8_a/0/0"):
+    for name in (
+        "README.txt",
+        "ints/not_a_node",
+        "ints/i1_b/notes.txt",
+        "ints/i1_b/0.0",
+        "ints/i1_b/array.zarr",
+        "floats/f8_a/0/0",
+    ):
         with pytest.raises(FileNotFoundError):
             os.stat(matrix.mount / name)
 
@@ -572,7 +701,9 @@ def test_cat_and_dd(matrix: Matrix) -> None:
     same_bytes(cat.stdout, expected, "cat")
     dd = subprocess.run(
         ["dd", f"if={raw}", "bs=1000", "skip=37", "count=123", "status=none"],
-        capture_output=True, check=True, timeout=30,
+        capture_output=True,
+        check=True,
+        timeout=30,
     )
     same_bytes(dd.stdout, expected[37000 : 37000 + 123000], "dd")
     npy = matrix.mount / "floats/f8_a/array.npy"

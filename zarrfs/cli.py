@@ -74,11 +74,23 @@ def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> s
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="zarrfs")
-def main() -> None:
+def cli() -> None:
     """Mount Zarr stores as directories of flat array.raw / array.npy files."""
 
 
-@main.command()
+def main() -> None:
+    """Entry point: click's usage errors become one line too (exit 2, as click's)."""
+    try:
+        code = cli.main(standalone_mode=False)
+    except click.UsageError as e:
+        hint = f" (see 'zarrfs {e.ctx.info_name} --help')" if e.ctx else ""
+        fail(f"{e.format_message()}{hint}", 2)
+    except click.Abort:
+        fail("aborted")
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+@cli.command()
 @click.argument("store")
 @click.argument("mountpoint")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground, log to stderr.")
@@ -199,7 +211,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@main.command()
+@cli.command()
 @click.argument("mountpoint")
 @click.option("--timeout", default=0.0, help="Give up waiting for the daemon after N seconds.")
 def umount(mountpoint: str, timeout: float) -> None:

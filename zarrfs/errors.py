@@ -33,6 +33,8 @@ class ChunkError(ZarrfsError):
         self.array = array
         self.key = key
         self.reason = reason
+        # The cache logs a chunk's failure once; later reads of it fail quietly.
+        self.logged = False
 
 
 class StoreError(ZarrfsError):

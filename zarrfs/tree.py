@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats import v2
-from zarrfs.formats.model import ArrayMeta, NodeMeta, join_key
+from zarrfs.formats.detect import CANDIDATE_KEYS, detect
+from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import BytesView, View
 from zarrfs.views.npy import NpyView
@@ -83,25 +84,25 @@ class Tree:
         Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
         node is hidden with one log line and the rest of the tree stays usable.
         """
-        docs = self._read_docs(path, (v2.ARRAY_KEY, v2.GROUP_KEY, v2.ATTRS_KEY))
         try:
-            meta: NodeMeta
-            if v2.ARRAY_KEY in docs:
-                if v2.GROUP_KEY in docs:
-                    log.warning("%s holds both .zarray and .zgroup; showing the array", path or "/")
-                    del docs[v2.GROUP_KEY]
-                meta = v2.parse_array(path, docs[v2.ARRAY_KEY], docs.get(v2.ATTRS_KEY))
-            elif v2.GROUP_KEY in docs:
-                meta = v2.parse_group(path, docs[v2.GROUP_KEY], docs.get(v2.ATTRS_KEY))
-                if not path:
-                    docs.update(self._read_docs(path, (v2.CONSOLIDATED_KEY,)))
-            else:
-                return None
+            found = detect(path, self._read_docs(path, CANDIDATE_KEYS))
         except MetadataError as e:
             if not path:
                 raise
             log.warning("hiding %s: %s", path, e)
             return None
+        if found is None:
+            return None
+        meta, docs = found.meta, dict(found.documents)
+        if found.ignored:
+            log.warning(
+                "%s also holds %s; showing it as %s",
+                path or "/",
+                ", ".join(found.ignored),
+                next(iter(docs)),
+            )
+        if isinstance(meta, GroupMeta) and not path:
+            docs.update(self._read_docs(path, (v2.CONSOLIDATED_KEY,)))
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -23,6 +24,10 @@ from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
+
+# A chunk that failed to decode is not retried (nor logged again) for this long;
+# after that a read tries again, in case the store was repaired.
+FAILURE_TTL = 30.0
 
 # A missing chunk is remembered too, at a nominal cost, so a sparse array is not
 # re-probed on every read.
@@ -45,6 +50,7 @@ class ChunkCache:
         self._entries: OrderedDict[ChunkKey, np.ndarray | None] = OrderedDict()
         self._bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
+        self._failures: dict[ChunkKey, tuple[float, ChunkError]] = {}
         self._limiter = trio.CapacityLimiter(threads or max(2, os.cpu_count() or 2))
         self.loads = 0  # store reads + decodes performed; tests count them
 
@@ -59,6 +65,11 @@ class ChunkCache:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 return self._entries[key]
+            failure = self._failures.get(key)
+            if failure is not None:
+                if time.monotonic() < failure[0]:
+                    raise failure[1]
+                del self._failures[key]
             flight = self._flights.get(key)
             if flight is None:
                 return await self._load_once(meta, index, key)
@@ -74,12 +85,16 @@ class ChunkCache:
         self._flights[key] = flight
         self.loads += 1
         try:
-            value = await trio.to_thread.run_sync(
-                self._load, meta, index, limiter=self._limiter
-            )
+            value = await trio.to_thread.run_sync(self._load, meta, index, limiter=self._limiter)
             flight.value = value
             self._insert(key, value)
             return value
+        except ChunkError as e:
+            log.error("%s", e)
+            e.logged = True
+            self._failures[key] = (time.monotonic() + FAILURE_TTL, e)
+            flight.error = e
+            raise
         except BaseException as e:
             flight.error = e
             raise
@@ -116,7 +131,9 @@ class ChunkCache:
             self._bytes -= _MISSING_COST if old is None else old.nbytes
 
     def invalidate(self, path: str) -> None:
-        """Forget every cached chunk of the array at ``path``."""
+        """Forget every cached chunk (and remembered failure) of the array at ``path``."""
+        for key in [k for k in self._failures if k[0] == path]:
+            del self._failures[key]
         for key in [k for k in self._entries if k[0] == path]:
             old = self._entries.pop(key)
             self._bytes -= _MISSING_COST if old is None else old.nbytes
@@ -129,8 +146,8 @@ def parse_size(text: str) -> int:
     num, unit = (s[:-1], s[-1]) if s and s[-1] in units else (s, "")
     try:
         value = float(num)
-    except ValueError:
+        if not 0 <= value < 2**63:
+            raise ValueError
+        return int(value * units[unit])
+    except (ValueError, OverflowError):
         raise ValueError(f"invalid size {text!r}") from None
-    if value < 0:
-        raise ValueError(f"invalid size {text!r}")
-    return int(value * units[unit])

@@ -66,14 +66,17 @@ class CodecPipeline:
         codec raises on corrupt input; the caller turns them into a ChunkError.
         """
         compressor, filters = self._codecs()
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         chunk: Any = data
         if compressor is not None:
+            if getattr(compressor, "codec_id", None) == "blosc":
+                # filters may change the size, so only an unfiltered chunk's nbytes is known
+                _check_blosc_header(data, None if filters else expected)
             chunk = self._decompress(compressor, data)
         for f in reversed(filters):
             chunk = f.decode(chunk)
         arr = ensure_ndarray_like(chunk)
         raw = arr.reshape(-1, order="A").view(np.uint8)
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if raw.nbytes != expected:
             raise ValueError(f"decoded {raw.nbytes} bytes, expected {expected}")
         return raw.view(dtype).reshape(shape, order=order)
@@ -102,6 +105,24 @@ class CodecPipeline:
         if compressor is not None:
             data = compressor.encode(data)
         return ensure_bytes(data)
+
+
+def _check_blosc_header(data: bytes, expected: int | None) -> None:
+    """Refuse a blosc frame whose header disagrees with its length or the chunk size.
+
+    c-blosc trusts the header: a truncated frame would be read past its end and a
+    lying one would make it allocate whatever the header says.
+    """
+    view = memoryview(data).cast("B")
+    if len(view) < 16:
+        raise ValueError(f"blosc frame of {len(view)} bytes is shorter than its header")
+    nbytes = int.from_bytes(view[4:8], "little")
+    cbytes = int.from_bytes(view[12:16], "little")
+    # z5 pads its frames, so only a frame shorter than its header says is refused.
+    if cbytes > len(view):
+        raise ValueError(f"blosc header claims {cbytes} compressed bytes, frame has {len(view)}")
+    if expected is not None and nbytes != expected:
+        raise ValueError(f"blosc header claims {nbytes} bytes, the chunk holds {expected}")
 
 
 def _describe(config: dict[str, Any] | None) -> str:

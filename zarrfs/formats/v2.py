@@ -62,7 +62,8 @@ def v2_chunk_keys(path: str, separator: str | None, ndim: int) -> Callable[[Inde
 
     def keys(index: Index) -> list[str]:
         parts = [str(i) for i in index] if ndim else ["0"]
-        return [join_key(path, sep.join(parts)) for sep in seps]
+        # dict.fromkeys: with fewer than two indices both separators give one key
+        return list(dict.fromkeys(join_key(path, sep.join(parts)) for sep in seps))
 
     return keys
 

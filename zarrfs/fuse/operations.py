@@ -41,7 +41,9 @@ def _boundary(handler: F) -> F:
         except pyfuse3.FUSEError:
             raise
         except ZarrfsError as e:
-            if e.errno in (errno.ENOENT, errno.EROFS, pyfuse3.ENOATTR):
+            if e.errno in (errno.ENOENT, errno.EROFS, pyfuse3.ENOATTR) or getattr(
+                e, "logged", False
+            ):
                 log.debug("%s: %s", handler.__name__, e)
             else:
                 log.error("%s", e)

@@ -8,6 +8,11 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from zarrfs.formats.model import ArrayMeta
+
+try:  # numpy >= 2 keeps the implementation in a private module
+    from numpy.lib._format_impl import _write_array_header
+except ImportError:  # numpy 1.x
+    _write_array_header = npy_format._write_array_header
 from zarrfs.views.base import View
 from zarrfs.views.raw import RawView
 
@@ -19,20 +24,18 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
         "fortran_order": False,
         "shape": tuple(shape),
     }
-    buf = io.BytesIO()
-    try:
-        npy_format.write_array_header_1_0(buf, header)
-    except ValueError:
+    for writer in (npy_format.write_array_header_1_0, npy_format.write_array_header_2_0):
         buf = io.BytesIO()
         try:
-            npy_format.write_array_header_2_0(buf, header)
+            writer(buf, header)
+            return buf.getvalue()
+        except ValueError:
+            continue  # header longer than 1.0 allows: try 2.0
         except UnicodeEncodeError:
-            # Field names outside latin-1 need format 3.0, which has no public writer.
-            buf = io.BytesIO()
-            npy_format._write_array_header(buf, header, (3, 0))
-    except UnicodeEncodeError:
-        buf = io.BytesIO()
-        npy_format._write_array_header(buf, header, (3, 0))
+            break  # field names outside latin-1: only 3.0 will do
+    # numpy picks 3.0 itself but has no public writer for it.
+    buf = io.BytesIO()
+    _write_array_header(buf, header, (3, 0))
     return buf.getvalue()
 
 

@@ -1,0 +1,133 @@
+"""The layouts before v2 (pure parsing).
+
+* pre-v1 "persistence" layout (zarr 0.4): ``__zmeta__`` with cname/clevel/shuffle,
+  ``__zattr__``, chunks at ``__zdata__/<i>.<j>.blosc`` in blosc version 1 frames;
+* spec v1 (zarr 1.x): ``meta`` with compression/compression_opts, ``attrs``, chunks
+  at ``<i>.<j>`` with no header added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from zarrfs.core.layout import Index
+from zarrfs.errors import MetadataError
+from zarrfs.formats.codecs import CodecPipeline
+from zarrfs.formats.dtypes import (
+    check_geometry,
+    decode_fill_value,
+    has_fixed_size,
+    parse_dtype,
+    parse_shape,
+)
+from zarrfs.formats.model import ArrayMeta, join_key
+from zarrfs.formats.v2 import load_json_object, parse_attrs
+
+V0_META_KEY = "__zmeta__"
+V0_ATTRS_KEY = "__zattr__"
+V0_DATA_PREFIX = "__zdata__"
+V1_META_KEY = "meta"
+V1_ATTRS_KEY = "attrs"
+
+
+def _chunk_keys(prefix: str, suffix: str, ndim: int) -> Callable[[Index], list[str]]:
+    def keys(index: Index) -> list[str]:
+        name = ".".join(str(i) for i in index) if ndim else "0"
+        return [join_key(prefix, name + suffix)]
+
+    return keys
+
+
+def _blosc_config(doc: dict[str, Any]) -> dict[str, Any]:
+    cname, clevel, shuffle = doc["cname"], doc["clevel"], doc["shuffle"]
+    if not isinstance(cname, str) or not isinstance(clevel, int) or shuffle not in (0, 1, 2):
+        raise MetadataError(f"invalid blosc settings {cname!r}/{clevel!r}/{shuffle!r}")
+    return {"id": "blosc", "cname": cname, "clevel": clevel, "shuffle": shuffle}
+
+
+def v1_compressor(name: Any, opts: Any) -> dict[str, Any] | None:
+    """spec v1 compression/compression_opts → a numcodecs configuration."""
+    if name in (None, "none"):
+        return None
+    if name == "blosc":
+        if not isinstance(opts, dict):
+            raise MetadataError(f"blosc compression_opts must be an object, got {opts!r}")
+        return _blosc_config(opts)
+    if name in ("zlib", "gzip", "bz2"):
+        level = 1 if opts is None else opts
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise MetadataError(f"{name} compression_opts must be a level, got {opts!r}")
+        return {"id": "zlib" if name == "gzip" else name, "level": level}
+    if name == "lzma":
+        if opts is None:
+            return {"id": "lzma"}
+        if isinstance(opts, int) and not isinstance(opts, bool):
+            return {"id": "lzma", "preset": opts}
+        if isinstance(opts, dict):
+            return {"id": "lzma", **opts}
+        raise MetadataError(f"invalid lzma compression_opts {opts!r}")
+    raise MetadataError(f"unknown compression {name!r}")
+
+
+def _parse(
+    path: str, doc_name: str, data: bytes, build: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    where = f"{path or '/'}/{doc_name}"
+    doc = load_json_object(data, where)
+    try:
+        fields = build(doc)
+        shape = parse_shape(doc["shape"], "shape", positive=False)
+        chunks = parse_shape(doc["chunks"], "chunks", positive=True)
+        dtype = parse_dtype(doc["dtype"])
+        check_geometry(shape, chunks, dtype)
+        fixed = has_fixed_size(dtype)
+        fill = decode_fill_value(doc.get("fill_value"), dtype) if fixed else None
+    except KeyError as e:
+        raise MetadataError(f"{where}: missing key {e.args[0]!r}") from e
+    except MetadataError as e:
+        raise MetadataError(f"{where}: {e}") from e
+    return dict(
+        fields,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        fill_value=fill,
+        unsupported=None if fixed else f"dtype {dtype} has no fixed element size",
+    )
+
+
+def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
+    def build(doc: dict[str, Any]) -> dict[str, Any]:
+        return {"codecs": CodecPipeline(_blosc_config(doc), []), "order": "C"}
+
+    fields = _parse(path, V0_META_KEY, zmeta, build)
+    return ArrayMeta(
+        path=path,
+        zarr_format=0,
+        chunk_keys=_chunk_keys(join_key(path, V0_DATA_PREFIX), ".blosc", len(fields["shape"])),
+        documents=(V0_META_KEY, V0_ATTRS_KEY) if zattr is not None else (V0_META_KEY,),
+        attrs=parse_attrs(zattr, path or "/"),
+        **fields,
+    )
+
+
+def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
+    def build(doc: dict[str, Any]) -> dict[str, Any]:
+        if doc.get("zarr_format") != 1:
+            raise MetadataError(f"zarr_format is {doc.get('zarr_format')!r}, expected 1")
+        order = doc.get("order", "C")
+        if order not in ("C", "F"):
+            raise MetadataError(f"order must be 'C' or 'F', got {order!r}")
+        compressor = v1_compressor(doc["compression"], doc.get("compression_opts"))
+        return {"codecs": CodecPipeline(compressor, []), "order": order}
+
+    fields = _parse(path, V1_META_KEY, meta, build)
+    return ArrayMeta(
+        path=path,
+        zarr_format=1,
+        chunk_keys=_chunk_keys(path, "", len(fields["shape"])),
+        documents=(V1_META_KEY, V1_ATTRS_KEY) if attrs is not None else (V1_META_KEY,),
+        attrs=parse_attrs(attrs, path or "/"),
+        **fields,
+    )
