@@ -19,6 +19,7 @@ import pytest
 import trio
 import zarr
 
+from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache, parse_size
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.v2 import parse_array
@@ -393,7 +394,7 @@ def test_fill_value_is_copied_bytewise(tmp_path, dtype, fill, element):
 def test_raw_view_size_and_reads(cube):
     meta = _meta(cube, "cube")
     reference = _oracle(cube, "cube").tobytes()
-    view = RawView(ChunkCache(CountingStore(str(cube)), 1 << 20), meta)
+    view = RawView(ArrayState(meta, {}, ChunkCache(CountingStore(str(cube)), 1 << 20)))
     assert view.size == meta.nbytes == 9 * 10 * 7 * 4
     assert trio.run(view.read, 0, view.size + 100) == reference
     assert trio.run(view.read, view.size, 10) == b""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -218,10 +219,14 @@ def test_umount_of_foreground_mount_waits_for_the_daemon(
 def test_signal_unmounts_and_exits_0(example_store: Path, tmp_path: Path, signum: int) -> None:
     with mounted(example_store, log_dir=tmp_path) as m:
         assert (m / "foo/bar/.zarray").read_bytes()
-        with open(m / "foo/bar/array.raw", "rb") as busy:  # an open file does not block it
-            busy.read(16)
-            m.process.send_signal(signum)
-            assert m.process.wait(timeout=30) == 0, m.log()
+        busy = open(m / "foo/bar/array.raw", "rb")  # noqa: SIM115 - closed after the daemon
+        busy.read(16)
+        m.process.send_signal(signum)
+        assert m.process.wait(timeout=30) == 0, m.log()
+        # The daemon is gone: close() cannot send its FUSE flush any more.
+        with pytest.raises(OSError) as closing:
+            busy.close()
+        assert closing.value.errno == errno.ENOTCONN
         deadline = time.monotonic() + 10
         while os.path.ismount(m.path) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -251,14 +256,9 @@ def expect_erofs(action: Callable[[], object], what: str) -> None:
     assert info.value.errno == errno.EROFS, f"{what}: {info.value!r}"
 
 
-# Without --read-only every mount is still read-only (cli.py: writes arrive with the
-# write-back issue); when they do, the "default" case must change for array.raw.
-@pytest.mark.parametrize("options", [(), ("--read-only",)], ids=["default", "read-only"])
-def test_writes_are_refused_with_erofs(
-    example_store: Path, tmp_path: Path, options: tuple[str, ...]
-) -> None:
+def test_writes_are_refused_with_erofs(example_store: Path, tmp_path: Path) -> None:
     before = (example_store / "foo/bar/0.0").read_bytes()
-    with mounted(example_store, *options, log_dir=tmp_path) as m:
+    with mounted(example_store, "--read-only", log_dir=tmp_path) as m:
         raw = m / "foo/bar/array.raw"
         size = os.stat(raw).st_size
         expect_erofs(lambda: open_and_close(raw, "r+b"), "open r+b")
@@ -281,3 +281,27 @@ def test_writes_are_refused_with_erofs(
         assert sorted(os.listdir(m / "foo/bar")) == [".zarray", ".zattrs", "array.npy", "array.raw"]
         assert m.process.poll() is None
     assert (example_store / "foo/bar/0.0").read_bytes() == before
+
+
+def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_path: Path) -> None:
+    """Without --read-only the arrays' bytes are writable, the tree's shape is not."""
+    store = tmp_path / "rw.zarr"
+    shutil.copytree(example_store, store)
+    with mounted(store, log_dir=tmp_path) as m:
+        raw = m / "foo/bar/array.raw"
+        assert os.stat(raw).st_mode & 0o200
+        assert not os.stat(m / "foo/bar/.zarray").st_mode & 0o222
+        for what, action in [
+            ("metadata r+b", lambda: open_and_close(m / "foo/bar/.zarray", "r+b")),
+            ("create", lambda: open_and_close(m / "foo/new.raw", "wb")),
+            ("mkdir", lambda: os.mkdir(m / "foo/newgroup")),
+            ("rmdir", lambda: os.rmdir(m / "foo/bar")),
+            ("unlink", lambda: os.unlink(raw)),
+            ("rename", lambda: os.rename(raw, m / "foo/bar/renamed.raw")),
+            ("symlink", lambda: os.symlink("array.raw", m / "foo/bar/link")),
+        ]:
+            with pytest.raises(OSError) as info:
+                action()
+            assert info.value.errno in (errno.EPERM, errno.EACCES), f"{what}: {info.value!r}"
+        assert sorted(os.listdir(m / "foo/bar")) == [".zarray", ".zattrs", "array.npy", "array.raw"]
+        assert "Traceback" not in m.log()

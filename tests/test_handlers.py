@@ -17,7 +17,7 @@ import zarr
 
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
-from zarrfs.fuse.operations import PID_XATTR, Operations
+from zarrfs.fuse.operations import PID_XATTR, OpenFile, Operations
 from zarrfs.mount import MountOptions, build_operations
 from zarrfs.tree import FileNode
 from zarrfs.views.base import View
@@ -27,7 +27,7 @@ ROOT = pyfuse3.ROOT_INODE
 
 @pytest.fixture
 def ops(example_store: Path) -> Operations:
-    return build_operations(str(example_store), MountOptions())
+    return build_operations(str(example_store), MountOptions(read_only=True))
 
 
 def run(fn: Any, *args: Any) -> Any:
@@ -151,7 +151,7 @@ class _Exploding(View):
 def test_unexpected_exception_becomes_eio(
     ops: Operations, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fh = ops.files.add(FileNode("boom", _Exploding(KeyError("surprise")), 0.0))
+    fh = ops.files.add(OpenFile(FileNode("boom", _Exploding(KeyError("surprise")), 0.0), 999))
     with caplog.at_level(logging.ERROR):
         assert fuse_errno(ops.read, fh, 0, 10) == errno.EIO
     assert "internal error in read" in caplog.text and "KeyError" in caplog.text
@@ -160,11 +160,13 @@ def test_unexpected_exception_becomes_eio(
 
 
 def test_known_error_carries_its_errno(ops: Operations, caplog: pytest.LogCaptureFixture) -> None:
-    fh = ops.files.add(FileNode("bad", _Exploding(ChunkError("a", "a/0", "corrupt")), 0.0))
+    fh = ops.files.add(
+        OpenFile(FileNode("bad", _Exploding(ChunkError("a", "a/0", "corrupt")), 0.0), 998)
+    )
     with caplog.at_level(logging.ERROR):
         assert fuse_errno(ops.read, fh, 0, 10) == errno.EIO
     assert "chunk 'a/0'" in caplog.text
-    fh = ops.files.add(FileNode("perm", _Exploding(PermissionError(13, "denied")), 0.0))
+    fh = ops.files.add(OpenFile(FileNode("perm", _Exploding(PermissionError(13, "x")), 0.0), 997))
     assert fuse_errno(ops.read, fh, 0, 10) == errno.EACCES
 
 
@@ -174,7 +176,7 @@ def test_corrupt_chunk_is_eio_and_logged_once(
     store = tmp_path / "s.zarr"
     shutil.copytree(example_store, store)
     (store / "foo/bar/0.0").write_bytes(b"garbage" * 10)
-    ops = build_operations(str(store), MountOptions())
+    ops = build_operations(str(store), MountOptions(read_only=True))
     attr = lookup_path(ops, "foo/bar/array.raw")
     fh = run(ops.open, attr.st_ino, os.O_RDONLY, None).fh
     with caplog.at_level(logging.ERROR):

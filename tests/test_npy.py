@@ -16,11 +16,11 @@ import trio
 import zarr
 from numpy.lib import format as npy_format
 
+from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.views.npy import NpyView, npy_header
-from zarrfs.views.raw import RawView
 
 NESTED = np.dtype([("a", "<i4"), ("b", [("c", ">f8"), ("d", "<u2", (2,))])])
 XYZ = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4", (2, 2))])
@@ -181,7 +181,7 @@ def _write(root, name, data, chunks, fill, order="C", **kwargs) -> np.ndarray:
 def _view(root, name):
     meta = parse_array(name, (root / name / ".zarray").read_bytes(), None)
     cache = ChunkCache(DirectoryStore(str(root)), 1 << 22)
-    return meta, NpyView(RawView(cache, meta), meta)
+    return meta, NpyView(ArrayState(meta, {}, cache))
 
 
 @pytest.fixture

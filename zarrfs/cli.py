@@ -97,6 +97,19 @@ def main() -> None:
 @click.option("--read-only", is_flag=True, help="Refuse every write (EROFS).")
 @click.option("-o", "fuse_opts", multiple=True, help="FUSE mount options, comma-separated.")
 @click.option("--cache-size", default="512M", show_default=True, help="Decoded-chunk cache.")
+@click.option(
+    "--write-cache-size",
+    default="256M",
+    show_default=True,
+    help="Dirty (written, not yet stored) chunks kept before the oldest are flushed.",
+)
+@click.option(
+    "--flush-interval",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="Seconds a chunk may stay dirty before it is stored.",
+)
 @click.option("--log-level", default="info", show_default=True, callback=check_log_level)
 @click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")
 def mount(
@@ -106,6 +119,8 @@ def mount(
     read_only: bool,
     fuse_opts: tuple[str, ...],
     cache_size: str,
+    write_cache_size: str,
+    flush_interval: float,
     log_level: str,
     log_file: str | None,
 ) -> None:
@@ -114,12 +129,16 @@ def mount(
 
     try:
         cache_bytes = parse_size(cache_size)
+        write_cache_bytes = parse_size(write_cache_size)
     except ValueError as e:
         fail(str(e))
+    if not flush_interval > 0:
+        fail(f"--flush-interval must be positive, got {flush_interval:g}")
     options = MountOptions(
-        # Writes arrive with the write-back issue; until then every mount is read-only.
-        read_only=True,
+        read_only=read_only,
         cache_size=cache_bytes,
+        write_cache_size=write_cache_bytes,
+        flush_interval=flush_interval,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
     )
     check_mountpoint(mountpoint)

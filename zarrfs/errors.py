@@ -57,3 +57,15 @@ class ReadOnlyError(ZarrfsError):
 
 class InvalidArgumentError(ZarrfsError):
     errno = errnos.EINVAL
+
+
+class FileTooLargeError(ZarrfsError):
+    errno = errnos.EFBIG
+
+
+class PermissionDeniedError(ZarrfsError):
+    errno = errnos.EPERM
+
+
+class AccessDeniedError(ZarrfsError):
+    errno = errnos.EACCES

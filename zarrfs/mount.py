@@ -17,6 +17,7 @@ import pyfuse3
 import trio
 
 from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import Operations
 from zarrfs.stores.directory import DirectoryStore
@@ -27,8 +28,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class MountOptions:
-    read_only: bool = True
+    read_only: bool = False
     cache_size: int = 512 * 2**20
+    write_cache_size: int = 256 * 2**20
+    flush_interval: float = 5.0
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
 
@@ -50,8 +53,13 @@ def open_store(location: str) -> DirectoryStore:
 def build_operations(location: str, options: MountOptions) -> Operations:
     """Everything that can fail on bad input, done before mounting (and detaching)."""
     store = open_store(location)
+    if not options.read_only and not os.access(location, os.W_OK):
+        raise StoreOpenError(f"store {location!r} is not writable (use --read-only)")
     cache = ChunkCache(store, options.cache_size)
-    tree = Tree(store, cache)
+    writeback = None
+    if not options.read_only:
+        writeback = WriteBack(store, cache, options.write_cache_size, options.flush_interval)
+    tree = Tree(store, cache, writeback)
     return Operations(tree, read_only=options.read_only)
 
 
@@ -80,7 +88,8 @@ def notify_systemd(message: str) -> None:
         log.warning("cannot notify systemd: %s", e)
 
 
-async def _run() -> None:
+async def _run(ops: Operations) -> None:
+    writeback = ops.tree.writeback
     async with trio.open_nursery() as nursery:
 
         async def watch_signals() -> None:
@@ -89,9 +98,38 @@ async def _run() -> None:
                     log.info("received %s, unmounting", signal.Signals(signum).name)
                     pyfuse3.terminate()
 
+        async def cleanup() -> None:
+            removed = await trio.to_thread.run_sync(ops.tree.store.cleanup)
+            if removed:
+                log.info("removed %d temporary files left by an earlier run", removed)
+
         nursery.start_soon(watch_signals)
+        if writeback is not None:
+            nursery.start_soon(writeback.run_periodic)
+            nursery.start_soon(cleanup)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
+    if writeback is not None:
+        await _final_flush(ops)
+
+
+async def _final_flush(ops: Operations) -> None:
+    """Unmounted (or signalled): store everything still dirty before exiting."""
+    writeback = ops.tree.writeback
+    assert writeback is not None
+    for state in writeback.states():
+        if state.tail:
+            log.warning(
+                "%s: dropping %d bytes of an incomplete row at unmount",
+                state.meta.display_name,
+                len(state.tail),
+            )
+            state.tail.clear()
+    try:
+        await writeback.flush_all()
+    except ZarrfsError as e:
+        log.error("data not stored at unmount: %s", e)
+        raise
 
 
 def serve(
@@ -106,8 +144,9 @@ def serve(
         log.info("mounted %s on %s", ops.tree.store.describe(), mountpoint)
         if on_ready is not None:
             on_ready()
+        ops.mounted = True
         notify_systemd("READY=1")
-        trio.run(_run)
+        trio.run(_run, ops)
         notify_systemd("STOPPING=1")
     finally:
         pyfuse3.close(unmount=True)

@@ -12,13 +12,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats import v2
 from zarrfs.formats.detect import CANDIDATE_KEYS, detect
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
-from zarrfs.views.base import BytesView, View
+from zarrfs.views.base import DocumentView, View
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView
 
@@ -41,6 +43,7 @@ class DirNode:
     meta: NodeMeta
     mtime: float
     documents: dict[str, bytes]
+    state: ArrayState | None = field(default=None, repr=False)  # arrays with flat views
     entries: dict[str, Node] | None = field(default=None, repr=False)
 
     @property
@@ -56,11 +59,16 @@ Node = DirNode | FileNode
 
 
 class Tree:
-    def __init__(self, store: Store, cache: ChunkCache) -> None:
+    def __init__(
+        self, store: Store, cache: ChunkCache, writeback: WriteBack | None = None
+    ) -> None:
         self.store = store
         self.cache = cache
+        self.writeback = writeback
         self._lock = threading.Lock()
         self.root = self._load_root()
+        if writeback is not None:
+            writeback.root_documents = self.root.documents
 
     # -- loading (blocking: worker threads) -------------------------------------------
 
@@ -107,21 +115,23 @@ class Tree:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
         mtime = max((m for m in mtimes if m is not None), default=time.time())
-        return DirNode(name=name, meta=meta, mtime=mtime, documents=docs)
+        state = None
+        if isinstance(meta, ArrayMeta) and meta.unsupported is None:
+            state = ArrayState(meta, docs, self.cache, self.writeback)
+        return DirNode(name=name, meta=meta, mtime=mtime, documents=docs, state=state)
 
     @staticmethod
     def _document_entries(node: DirNode) -> dict[str, Node]:
         return {
-            name: FileNode(name, BytesView(data), node.mtime)
-            for name, data in node.documents.items()
+            name: FileNode(name, DocumentView(node.documents, name), node.mtime)
+            for name in node.documents
         }
 
-    def _array_entries(self, node: DirNode, meta: ArrayMeta) -> dict[str, Node]:
+    def _array_entries(self, node: DirNode) -> dict[str, Node]:
         entries = self._document_entries(node)
-        if meta.unsupported is None:
-            raw = RawView(self.cache, meta)
-            entries[RAW_NAME] = FileNode(RAW_NAME, raw, node.mtime)
-            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(raw, meta), node.mtime)
+        if node.state is not None:
+            entries[RAW_NAME] = FileNode(RAW_NAME, RawView(node.state), node.mtime)
+            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(node.state), node.mtime)
         return entries
 
     def _group_entries(self, node: DirNode) -> dict[str, Node]:
@@ -145,7 +155,7 @@ class Tree:
             with self._lock:
                 if node.entries is None:
                     if isinstance(node.meta, ArrayMeta):
-                        loaded = self._array_entries(node, node.meta)
+                        loaded = self._array_entries(node)
                     else:
                         loaded = self._group_entries(node)
                     node.entries = dict(sorted(loaded.items()))

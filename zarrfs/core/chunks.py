@@ -34,6 +34,7 @@ FAILURE_TTL = 30.0
 _MISSING_COST = 64
 
 ChunkKey = tuple[str, Index]
+_ABSENT = object()
 
 
 @dataclass
@@ -129,6 +130,19 @@ class ChunkCache:
         while self._bytes > self.max_bytes:
             _, old = self._entries.popitem(last=False)
             self._bytes -= _MISSING_COST if old is None else old.nbytes
+
+    def forget(self, path: str, index: Index) -> None:
+        """Drop one chunk (a write is about to supersede it)."""
+        key = (path, index)
+        self._failures.pop(key, None)
+        old = self._entries.pop(key, _ABSENT)
+        if old is not _ABSENT:
+            self._bytes -= _MISSING_COST if old is None else old.nbytes
+
+    def put(self, path: str, index: Index, value: np.ndarray | None) -> None:
+        """Remember a chunk as it was just stored (``None``: deleted, reads as fill)."""
+        self.forget(path, index)
+        self._insert((path, index), value)
 
     def invalidate(self, path: str) -> None:
         """Forget every cached chunk (and remembered failure) of the array at ``path``."""

@@ -137,3 +137,16 @@ def parse_group(path: str, zgroup: bytes, zattrs: bytes | None) -> GroupMeta:
     return GroupMeta(
         path=path, zarr_format=2, documents=tuple(docs), attrs=parse_attrs(zattrs, where)
     )
+
+
+def rewrite_shape(document: bytes, shape: tuple[int, ...]) -> bytes:
+    """The same metadata document with another ``shape``; key order and indent kept.
+
+    Every layout (``.zarray``, ``meta``, ``__zmeta__``) keeps the shape under "shape".
+    """
+    doc = load_json_object(document, "metadata")
+    doc["shape"] = list(shape)
+    lines = document.decode("utf-8", errors="replace").split("\n", 2)
+    second = lines[1] if len(lines) > 1 else ""
+    indent = (len(second) - len(second.lstrip(" "))) or 4
+    return json.dumps(doc, indent=indent, ensure_ascii=True, allow_nan=True).encode()

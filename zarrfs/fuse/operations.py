@@ -13,12 +13,13 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyfuse3
 import trio
 
-from zarrfs.errors import ReadOnlyError, ZarrfsError
+from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.fuse.inodes import HandleTable, InodeTable
 from zarrfs.tree import DirNode, FileNode, Node, Tree
 
@@ -32,6 +33,35 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
+# Refusals of what the caller asked for: answered, not logged as faults.
+_CALLER_ERRNOS = frozenset(
+    {
+        errno.ENOENT,
+        errno.EROFS,
+        errno.EINVAL,
+        errno.EPERM,
+        errno.EACCES,
+        errno.EFBIG,
+        errno.EISDIR,
+        errno.ENOTDIR,
+        pyfuse3.ENOATTR,
+    }
+)
+
+
+@dataclass(eq=False)
+class OpenFile:
+    node: FileNode
+    inode: int
+    wrote: bool = False
+
+
+def _invalidate(inode: int, attr_only: bool) -> None:
+    try:
+        pyfuse3.invalidate_inode(inode, attr_only=attr_only)
+    except OSError as e:  # no kernel (handler tests) or an inode the kernel forgot
+        log.debug("invalidate_inode(%d): %s", inode, e)
+
 
 def _boundary(handler: F) -> F:
     @functools.wraps(handler)
@@ -41,9 +71,7 @@ def _boundary(handler: F) -> F:
         except pyfuse3.FUSEError:
             raise
         except ZarrfsError as e:
-            if e.errno in (errno.ENOENT, errno.EROFS, pyfuse3.ENOATTR) or getattr(
-                e, "logged", False
-            ):
+            if e.errno in _CALLER_ERRNOS or getattr(e, "logged", False):
                 log.debug("%s: %s", handler.__name__, e)
             else:
                 log.error("%s", e)
@@ -65,9 +93,12 @@ class Operations(pyfuse3.Operations):
     def __init__(self, tree: Tree, *, read_only: bool = True) -> None:
         super().__init__()
         self.tree = tree
-        self.read_only = read_only
+        self.read_only = read_only or tree.writeback is None
         self.inodes = InodeTable(tree.root)
-        self.files: HandleTable[FileNode] = HandleTable()
+        self.files: HandleTable[OpenFile] = HandleTable()
+        self.parents: dict[int, DirNode] = {}  # file inode → its array directory
+        self.opened: set[int] = set()  # inodes the kernel may hold pages of
+        self.mounted = False  # set once the kernel is attached (invalidation needs it)
         self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
         self._uid = os.getuid()
         self._gid = os.getgid()
@@ -91,12 +122,12 @@ class Operations(pyfuse3.Operations):
         attr.generation = 0
         attr.entry_timeout = ATTR_TIMEOUT
         attr.attr_timeout = ATTR_TIMEOUT
-        write_bits = 0 if self.read_only else 0o200
         if isinstance(node, DirNode):
-            attr.st_mode = stat.S_IFDIR | 0o555 | write_bits
+            attr.st_mode = stat.S_IFDIR | 0o555
             attr.st_nlink = 2
             attr.st_size = 0
         else:
+            write_bits = 0 if self.read_only or not node.view.writable else 0o200
             attr.st_mode = stat.S_IFREG | 0o444 | write_bits
             attr.st_nlink = 1
             attr.st_size = node.view.size
@@ -120,6 +151,8 @@ class Operations(pyfuse3.Operations):
         if node is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         attr = self.attributes(node)
+        if isinstance(node, FileNode):
+            self.parents[attr.st_ino] = parent
         self.inodes.remember(attr.st_ino)
         return attr
 
@@ -138,7 +171,17 @@ class Operations(pyfuse3.Operations):
     async def setattr(
         self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any = None
     ) -> pyfuse3.EntryAttributes:
-        raise ReadOnlyError("setattr on a read-only mount")
+        node = self.inodes.node(inode)
+        if self.read_only:
+            raise ReadOnlyError("setattr on a read-only mount")
+        if fields is not None and fields.update_size:
+            if not isinstance(node, FileNode):
+                raise pyfuse3.FUSEError(errno.EISDIR)
+            node.view.truncate(attr.st_size)
+            await self._changed(inode, node, data=True)
+        # Times, mode and owner follow the store; changing them is accepted and ignored,
+        # as on sshfs, so `touch` and `cp -p` work.
+        return self.attributes(node)
 
     @_boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
@@ -170,16 +213,88 @@ class Operations(pyfuse3.Operations):
         if isinstance(node, DirNode):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if flags & _WRITE_FLAGS:
-            raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")
-        return pyfuse3.FileInfo(fh=self.files.add(node), keep_cache=True)
+            if self.read_only:
+                raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")
+            if not node.view.writable:
+                raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
+            if flags & os.O_TRUNC:
+                node.view.truncate(0)
+                await self._changed(inode, node, data=True, except_self=True)
+        handle = OpenFile(node, inode)
+        self.opened.add(inode)
+        return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
     @_boundary
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        return await self.files.get(fh).view.read(off, size)
+        return await self.files.get(fh).node.view.read(off, size)
+
+    @_boundary
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        handle = self.files.get(fh)
+        view = handle.node.view
+        before = view.size
+        written = await view.write(off, buf)
+        handle.wrote = True
+        await self._changed(handle.inode, handle.node, data=True, except_self=True)
+        if view.size != before:
+            await self._changed(handle.inode, handle.node, data=False)
+        writeback = self.tree.writeback
+        if writeback is not None:
+            await writeback.relieve()
+        return written
+
+    async def _flush_handle(self, handle: OpenFile) -> None:
+        state = getattr(handle.node.view, "state", None)
+        if state is not None and self.tree.writeback is not None:
+            await self.tree.writeback.flush_array(state)
+
+    @_boundary
+    async def flush(self, fh: int) -> None:
+        # close(): the chunks this handle wrote are in the store before it returns.
+        handle = self.files.get(fh)
+        if handle.wrote:
+            await self._flush_handle(handle)
+
+    @_boundary
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self._flush_handle(self.files.get(fh))
 
     @_boundary
     async def release(self, fh: int) -> None:
         self.files.pop(fh)
+
+    async def _changed(
+        self, inode: int, node: FileNode, *, data: bool, except_self: bool = False
+    ) -> None:
+        """Tell the kernel that an array's files changed, so no stale page is served.
+
+        The file being written keeps its own pages (the kernel updated them); its
+        sibling (array.raw vs array.npy) shares the bytes and must drop its pages.
+        Runs in a thread: invalidation may wait for page locks held by a request.
+        """
+        parent = self.parents.get(inode)
+        if parent is None or not self.mounted:
+            return
+        targets = []
+        for sibling in self.tree.entries(parent).values():
+            if not isinstance(sibling, FileNode) or not sibling.view.writable:
+                continue
+            sibling_inode = self.inodes.inode_of(sibling)
+            if except_self and sibling_inode == inode:
+                continue
+            # A file never opened has no pages in the kernel; only its size may be cached.
+            if data and sibling_inode not in self.opened:
+                continue
+            targets.append(sibling_inode)
+        for target in targets:
+            await trio.to_thread.run_sync(_invalidate, target, not data)
+
+    # -- the tree's shape is the store's: no names are created, removed or renamed ----
+
+    async def _refuse(self, *args: Any) -> Any:
+        raise pyfuse3.FUSEError(errno.EROFS if self.read_only else errno.EPERM)
+
+    create = mkdir = mknod = symlink = link = unlink = rmdir = rename = _refuse
 
     # -- filesystem -------------------------------------------------------------------
 

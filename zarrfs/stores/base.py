@@ -31,6 +31,18 @@ class Store(ABC):
     def list_dir(self, prefix: str) -> Listing: ...
 
     @abstractmethod
+    def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` atomically: readers see the old or the new value."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error."""
+
+    def cleanup(self) -> int:
+        """Remove what an interrupted earlier run left behind; returns how many items."""
+        return 0
+
+    @abstractmethod
     def mtime(self, key: str) -> float | None:
         """Modification time of ``key`` (seconds), ``None`` when unknown or missing."""
 

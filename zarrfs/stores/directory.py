@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 
 from zarrfs.errors import StoreError
 from zarrfs.stores.base import Listing, Store
 
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+
+# Temporary files are named ".<key name>.zarrfs-tmp-<random>" beside their target:
+# hidden, never a valid chunk or metadata key, and removed by ``cleanup``.
+TEMP_MARKER = ".zarrfs-tmp-"
 
 
 class DirectoryStore(Store):
@@ -55,6 +61,50 @@ class DirectoryStore(Store):
             raise StoreError(f"listing {prefix!r}: {e.strerror}", e.errno or errno.EIO) from e
         return Listing(tuple(sorted(keys)), tuple(sorted(prefixes)))
 
+    def set(self, key: str, value: bytes) -> None:
+        """Temporary file in the same directory, fsync, rename over, fsync the directory."""
+        path = self._path(key)
+        directory, name = os.path.split(path)
+        temp = os.path.join(directory, f".{name}{TEMP_MARKER}{secrets.token_hex(4)}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(value)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, path)
+            _fsync_directory(directory)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise StoreError(f"writing {key!r}: {e.strerror}", e.errno or errno.EIO) from e
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except OSError as e:
+            if e.errno in _MISSING:
+                return
+            raise StoreError(f"deleting {key!r}: {e.strerror}", e.errno or errno.EIO) from e
+        _fsync_directory(os.path.dirname(path))
+
+    def cleanup(self) -> int:
+        removed = 0
+        for directory, _, files in os.walk(self.root):
+            for name in files:
+                if TEMP_MARKER in name and name.startswith("."):
+                    try:
+                        os.unlink(os.path.join(directory, name))
+                        removed += 1
+                    except OSError:
+                        pass
+        return removed
+
     def mtime(self, key: str) -> float | None:
         try:
             return os.stat(self._path(key)).st_mtime
@@ -67,3 +117,18 @@ class DirectoryStore(Store):
         except OSError:
             return None
         return st.f_frsize, st.f_blocks, st.f_bavail
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename or unlink durable; a filesystem that cannot fsync directories is fine."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)

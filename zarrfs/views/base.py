@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from zarrfs.errors import AccessDeniedError
+
 
 class View(ABC):
     @property
@@ -13,6 +15,15 @@ class View(ABC):
     @abstractmethod
     async def read(self, offset: int, size: int) -> bytes:
         """Exactly ``size`` bytes from ``offset``, fewer only at end of file."""
+
+    # Array views override these; every other file is read-only.
+    writable = False
+
+    async def write(self, offset: int, data: bytes) -> int:
+        raise AccessDeniedError("metadata documents are read-only")
+
+    def truncate(self, size: int) -> None:
+        raise AccessDeniedError("metadata documents are read-only")
 
 
 class BytesView(View):
@@ -27,3 +38,18 @@ class BytesView(View):
 
     async def read(self, offset: int, size: int) -> bytes:
         return self.data[offset : offset + size]
+
+
+class DocumentView(View):
+    """A metadata document, read live from a dict the array state may rewrite."""
+
+    def __init__(self, documents: dict[str, bytes], name: str) -> None:
+        self.documents = documents
+        self.name = name
+
+    @property
+    def size(self) -> int:
+        return len(self.documents[self.name])
+
+    async def read(self, offset: int, size: int) -> bytes:
+        return self.documents[self.name][offset : offset + size]

@@ -7,14 +7,14 @@ import io
 import numpy as np
 from numpy.lib import format as npy_format
 
-from zarrfs.formats.model import ArrayMeta
+from zarrfs.core.arrays import ArrayState
+from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
 
 try:  # numpy >= 2 keeps the implementation in a private module
     from numpy.lib._format_impl import _write_array_header
 except ImportError:  # numpy 1.x
     _write_array_header = npy_format._write_array_header
 from zarrfs.views.base import View
-from zarrfs.views.raw import RawView
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -39,22 +39,148 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return buf.getvalue()
 
 
+def parse_npy_header(data: bytes) -> tuple[int, np.dtype, tuple[int, ...], bool] | None:
+    """(header length, dtype, shape, fortran_order) once ``data`` holds a whole header.
+
+    ``None`` while more bytes are needed; ValueError if it is no NPY header.
+    """
+    if len(data) < 10:
+        if not npy_format.MAGIC_PREFIX.startswith(bytes(data[:6])):
+            raise ValueError("not an NPY file")
+        return None
+    buf = io.BytesIO(bytes(data))
+    major, _ = npy_format.read_magic(buf)
+    length_size = 2 if major == 1 else 4
+    if len(data) < 8 + length_size:
+        return None
+    length = int.from_bytes(data[8 : 8 + length_size], "little")
+    total = 8 + length_size + length
+    if len(data) < total:
+        return None
+    buf.seek(0)
+    npy_format.read_magic(buf)
+    reader = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+    shape, fortran_order, dtype = reader(buf)
+    return total, dtype, tuple(shape), fortran_order
+
+
 class NpyView(View):
-    def __init__(self, raw: RawView, meta: ArrayMeta) -> None:
-        self.raw = raw
-        self.header = npy_header(meta.dtype, meta.shape)
+    """``array.npy``: the header follows the array's shape; the data part is array.raw.
+
+    The header of an existing file cannot be changed (EPERM), but after O_TRUNC the
+    first bytes written form a new header, which may set a new ``shape[0]`` as long
+    as dtype and trailing shape match (so ``np.save`` onto the file works).
+    """
+
+    writable = True
+
+    def __init__(self, state: ArrayState) -> None:
+        self.state = state
+        self._header_for: tuple[int, ...] | None = None
+        self._header = b""
+
+    @property
+    def header(self) -> bytes:
+        shape = self.state.meta.shape
+        if shape != self._header_for:
+            self._header = npy_header(self.state.meta.dtype, shape)
+            self._header_for = shape
+        return self._header
 
     @property
     def size(self) -> int:
-        return len(self.header) + self.raw.size
+        if self.state.npy_header_pending is not None:
+            return len(self.state.npy_header_pending)
+        return len(self.header) + self.state.size
 
     async def read(self, offset: int, size: int) -> bytes:
-        end = min(offset + size, self.size)
+        pending = self.state.npy_header_pending
+        if pending is not None:
+            return bytes(pending[offset : offset + size])
+        header = self.header
+        end = min(offset + size, len(header) + self.state.size)
         if offset >= end:
             return b""
-        hlen = len(self.header)
-        head = self.header[offset:end] if offset < hlen else b""
+        hlen = len(header)
+        head = header[offset:end] if offset < hlen else b""
         if end <= hlen:
             return head
-        tail = await self.raw.read(max(offset - hlen, 0), end - max(offset, hlen))
+        tail = await self.state.read(max(offset - hlen, 0), end - max(offset, hlen))
         return head + tail
+
+    async def write(self, offset: int, data: bytes) -> int:
+        state = self.state
+        if state.npy_header_pending is not None:
+            return await self._write_new_header(offset, data)
+        header = self.header
+        hlen = len(header)
+        view = memoryview(data)
+        if offset < hlen:
+            part = view[: hlen - offset]
+            if bytes(part) != header[offset : offset + len(part)]:
+                raise PermissionDeniedError(
+                    f"{state.meta.display_name}: the NPY header follows the metadata; "
+                    "truncate the file to write a new one"
+                )
+            view, offset = view[len(part) :], hlen
+        if view:
+            await state.write(offset - hlen, bytes(view))
+        return len(data)
+
+    async def _write_new_header(self, offset: int, data: bytes) -> int:
+        state = self.state
+        pending = state.npy_header_pending
+        assert pending is not None
+        if offset > len(pending):
+            pending.extend(bytes(offset - len(pending)))
+        pending[offset : offset + len(data)] = data
+        try:
+            parsed = parse_npy_header(pending)
+        except ValueError as e:
+            state.npy_header_pending = bytearray()
+            raise InvalidArgumentError(
+                f"{state.meta.display_name}: invalid NPY header: {e}"
+            ) from e
+        if parsed is None:
+            return len(data)
+        length, dtype, shape, fortran_order = parsed
+        meta = state.meta
+        if dtype != meta.dtype or fortran_order or tuple(shape[1:]) != meta.shape[1:] or (
+            len(shape) != len(meta.shape)
+        ):
+            state.npy_header_pending = bytearray()
+            raise InvalidArgumentError(
+                f"{meta.display_name}: NPY header {dtype.str} {shape} does not match "
+                f"the array ({meta.dtype.str}, trailing shape {meta.shape[1:]})"
+            )
+        rest = bytes(pending[length:])
+        state.npy_header_pending = None
+        if shape:
+            state.resize(shape[0])
+        if length != len(self.header):
+            raise InvalidArgumentError(f"{meta.display_name}: NPY header length differs")
+        if rest:
+            await state.write(0, rest)
+        return len(data)
+
+    def truncate(self, size: int) -> None:
+        state = self.state
+        if size == 0:
+            state.truncate(0)
+            state.npy_header_pending = bytearray()
+            return
+        if state.npy_header_pending is not None:
+            raise InvalidArgumentError(f"{state.meta.display_name}: NPY header incomplete")
+        row = state.row_nbytes
+        if not row:
+            if size != self.size:
+                raise InvalidArgumentError(f"{state.meta.display_name}: size is fixed")
+            return
+        rows, rest = divmod(size - len(self.header), row)
+        if rest or rows < 0 or len(npy_header(state.meta.dtype, (rows, *state.meta.shape[1:]))) != (
+            len(self.header)
+        ):
+            raise InvalidArgumentError(
+                f"{state.meta.display_name}: size {size} is not header + whole rows"
+            )
+        state.truncate(rows * row)

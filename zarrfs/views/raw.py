@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 import trio
 
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.arrays import ArrayState
 from zarrfs.core.layout import Index, plan_range
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.views.base import View
 
 
-async def read_array_bytes(cache: ChunkCache, meta: ArrayMeta, offset: int, size: int) -> bytes:
+class ChunkSource(Protocol):
+    async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None: ...
+
+
+async def read_array_bytes(
+    cache: ChunkSource, meta: ArrayMeta, offset: int, size: int
+) -> bytes:
     """Bytes ``[offset, offset + size)`` of the C-order array, clipped at its end.
 
     Every chunk the range touches is fetched once, concurrently; the copies are
@@ -57,13 +64,22 @@ async def read_array_bytes(cache: ChunkCache, meta: ArrayMeta, offset: int, size
 
 
 class RawView(View):
-    def __init__(self, cache: ChunkCache, meta: ArrayMeta) -> None:
-        self.cache = cache
-        self.meta = meta
+    """``array.raw``: reads and writes go to the array's live state."""
+
+    writable = True
+
+    def __init__(self, state: ArrayState) -> None:
+        self.state = state
 
     @property
     def size(self) -> int:
-        return self.meta.nbytes
+        return self.state.size
 
     async def read(self, offset: int, size: int) -> bytes:
-        return await read_array_bytes(self.cache, self.meta, offset, size)
+        return await self.state.read(offset, size)
+
+    async def write(self, offset: int, data: bytes) -> int:
+        return await self.state.write(offset, data)
+
+    def truncate(self, size: int) -> None:
+        self.state.truncate(size)

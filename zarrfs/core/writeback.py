@@ -1,0 +1,258 @@
+"""Flushing dirty chunks and metadata to the store.
+
+A chunk is flushed by encoding a snapshot of it in a worker thread and storing it
+atomically (or deleting it, when it is all fill value). The chunk stays dirty until
+the store has it: if storing fails, the error goes to whoever asked for the flush
+(fsync, close) and nothing is lost. If the chunk changed while its snapshot was
+being stored, it stays dirty for the next flush. One lock per chunk keeps an older
+snapshot from overtaking a newer one in the store.
+
+Order at a flush of an array: chunks, then the metadata document (new shape), then
+the deletion of chunks a shrink left beyond the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import numpy as np
+import trio
+
+from zarrfs.core.arrays import ArrayState, Dirty
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.layout import Index
+from zarrfs.errors import ChunkError, InvalidArgumentError, ZarrfsError
+from zarrfs.formats.model import ArrayMeta, join_key
+from zarrfs.formats.v2 import CONSOLIDATED_KEY, rewrite_shape
+from zarrfs.stores.base import Store
+
+log = logging.getLogger(__name__)
+
+DirtyKey = tuple[int, Index]
+
+
+def is_fill(chunk: np.ndarray, meta: ArrayMeta) -> bool:
+    """Bitwise: every element's bytes equal the fill value's (-0.0 is not 0.0)."""
+    if meta.fill_value is None:
+        return False
+    flat = chunk.reshape(-1, order=meta.order).view(np.uint8).reshape(-1, meta.itemsize)
+    return bool((flat == np.frombuffer(meta.fill_value, np.uint8)).all())
+
+
+class WriteBack:
+    def __init__(
+        self,
+        store: Store,
+        cache: ChunkCache,
+        budget: int,
+        interval: float,
+        threads: int | None = None,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.budget = budget
+        self.interval = interval
+        self.dirty_bytes = 0
+        self.root_documents: dict[str, bytes] | None = None  # for .zmetadata updates
+        self._order: OrderedDict[DirtyKey, tuple[ArrayState, Index, Dirty]] = OrderedDict()
+        self._resized: dict[int, tuple[ArrayState, float]] = {}
+        self._chunk_locks: dict[tuple[str, Index], trio.Lock] = {}
+        self._meta_lock: trio.Lock | None = None
+        self._limiter = trio.CapacityLimiter(threads or max(2, os.cpu_count() or 2))
+
+    # -- bookkeeping called by ArrayState (trio thread, no awaits) ---------------------
+
+    @staticmethod
+    def _cost(dirty: Dirty) -> int:
+        return dirty.data.nbytes + (dirty.mask.nbytes if dirty.mask is not None else 0)
+
+    def track(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
+        self.dropped(state, index)
+        self._order[(id(state), index)] = (state, index, dirty)
+        self.dirty_bytes += self._cost(dirty)
+
+    def touched(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
+        """A write changed a dirty chunk (its mask may have been released)."""
+
+    def dropped(self, state: ArrayState, index: Index) -> None:
+        entry = self._order.pop((id(state), index), None)
+        if entry is not None:
+            self.dirty_bytes -= self._cost(entry[2])
+
+    def resized(self, state: ArrayState) -> None:
+        self._resized.setdefault(id(state), (state, time.monotonic()))
+
+    @property
+    def pending(self) -> int:
+        return len(self._order) + len(self._resized)
+
+    # -- flushing ---------------------------------------------------------------------
+
+    def _chunk_lock(self, path: str, index: Index) -> trio.Lock:
+        return self._chunk_locks.setdefault((path, index), trio.Lock())
+
+    async def flush_chunk(self, state: ArrayState, index: Index) -> None:
+        lock = self._chunk_lock(state.meta.path, index)
+        async with lock:
+            dirty = state.dirty.get(index)
+            if dirty is None:
+                return
+            if dirty.mask is not None:
+                await state._materialise(index)
+                dirty = state.dirty.get(index)
+                if dirty is None:
+                    return
+            meta = state.meta
+            version = dirty.version
+            snapshot = dirty.data.copy(order="K")
+            stored = await trio.to_thread.run_sync(
+                self._store_chunk, meta, index, snapshot, limiter=self._limiter
+            )
+            if state.dirty.get(index) is dirty and dirty.version == version:
+                del state.dirty[index]
+                self.dropped(state, index)
+                snapshot.flags.writeable = False
+                self.cache.put(meta.path, index, snapshot if stored else None)
+        if not lock.statistics().tasks_waiting and not lock.locked():
+            self._chunk_locks.pop((state.meta.path, index), None)
+
+    def _store_chunk(self, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> bool:
+        """Worker thread: encode and store, or delete a chunk that is all fill value."""
+        keys = meta.chunk_keys(index)
+        if is_fill(chunk, meta):
+            for key in keys:
+                self.store.delete(key)
+            return False
+        try:
+            data = meta.codecs.encode(chunk.reshape(-1, order=meta.order))
+        except Exception as e:
+            raise ChunkError(meta.display_name, keys[0], f"cannot encode: {e}") from e
+        self.store.set(keys[0], data)
+        return True
+
+    async def _gather(self, jobs: Iterable[tuple[ArrayState, Index]]) -> None:
+        """Flush chunks concurrently; raise the first failure after all have run."""
+        errors: list[BaseException] = []
+
+        async def one(state: ArrayState, index: Index) -> None:
+            try:
+                await self.flush_chunk(state, index)
+            except ZarrfsError as e:
+                errors.append(e)
+
+        async with trio.open_nursery() as nursery:
+            for state, index in jobs:
+                nursery.start_soon(one, state, index)
+        if errors:
+            raise errors[0]
+
+    async def flush_metadata(self, state: ArrayState) -> None:
+        if self._meta_lock is None:
+            self._meta_lock = trio.Lock()
+        async with self._meta_lock:
+            self._resized.pop(id(state), None)
+            stale = state.stale_keys()
+            if not state.metadata_changed and not stale:
+                return
+            meta = state.meta
+            rows, low, high = meta.shape[0], state.low_rows, state.high_rows
+            name = meta.documents[0]
+            document = rewrite_shape(state.documents[name], meta.shape)
+            consolidated = self._consolidated(meta, name, document)
+            try:
+                await trio.to_thread.run_sync(
+                    self._store_metadata, join_key(meta.path, name), document, consolidated, stale
+                )
+            except BaseException:
+                self.resized(state)
+                raise
+            state.documents[name] = document
+            if consolidated is not None and self.root_documents is not None:
+                self.root_documents[CONSOLIDATED_KEY] = consolidated
+            state.mark_stored(rows, low, high)
+
+    def _consolidated(self, meta: ArrayMeta, name: str, document: bytes) -> bytes | None:
+        """.zmetadata with this array's entry replaced, if the store has one."""
+        if self.root_documents is None or CONSOLIDATED_KEY not in self.root_documents:
+            return None
+        try:
+            doc = json.loads(self.root_documents[CONSOLIDATED_KEY])
+            entries = doc["metadata"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s is not valid; not updating it", CONSOLIDATED_KEY)
+            return None
+        key = join_key(meta.path, name)
+        if key not in entries:
+            return None
+        entries[key] = json.loads(document)
+        return json.dumps(doc, indent=4, ensure_ascii=True).encode()
+
+    def _store_metadata(
+        self, key: str, document: bytes, consolidated: bytes | None, stale: list[str]
+    ) -> None:
+        self.store.set(key, document)
+        if consolidated is not None:
+            self.store.set(CONSOLIDATED_KEY, consolidated)
+        for stale_key in stale:
+            self.store.delete(stale_key)
+
+    async def flush_array(self, state: ArrayState) -> None:
+        """Everything of one array into the store (fsync, close). Errors propagate."""
+        await self._gather([(state, index) for index in list(state.dirty)])
+        await self.flush_metadata(state)
+        if state.tail:
+            raise InvalidArgumentError(
+                f"{state.meta.display_name}: {len(state.tail)} bytes of an incomplete row "
+                "are pending"
+            )
+
+    def states(self) -> list[ArrayState]:
+        """Arrays with anything not yet in the store."""
+        states = {id(s): s for s, _, _ in self._order.values()}
+        states.update({k: s for k, (s, _) in self._resized.items()})
+        return list(states.values())
+
+    async def flush_all(self) -> None:
+        errors = []
+        for state in self.states():
+            try:
+                await self._gather([(state, index) for index in list(state.dirty)])
+                await self.flush_metadata(state)
+            except ZarrfsError as e:
+                errors.append(e)
+                log.error("flush of %s failed: %s", state.meta.display_name, e)
+        if errors:
+            raise errors[0]
+
+    async def relieve(self) -> None:
+        """Past the dirty budget: flush the oldest chunks until under half of it."""
+        if self.dirty_bytes <= self.budget:
+            return
+        jobs = []
+        planned = 0
+        for state, index, dirty in list(self._order.values()):
+            if self.dirty_bytes - planned <= self.budget // 2:
+                break
+            jobs.append((state, index))
+            planned += self._cost(dirty)
+        await self._gather(jobs)
+
+    async def run_periodic(self) -> None:
+        """Flush what has been dirty longer than the flush interval, forever."""
+        while True:
+            await trio.sleep(max(0.05, min(1.0, self.interval / 2)))
+            deadline = time.monotonic() - self.interval
+            old = [(s, i) for s, i, d in self._order.values() if d.since <= deadline]
+            try:
+                if old:
+                    await self._gather(old)
+                for state, since in list(self._resized.values()):
+                    if since <= deadline and not state.dirty:
+                        await self.flush_metadata(state)
+            except ZarrfsError as e:
+                log.error("periodic flush failed (will retry): %s", e)
