@@ -59,7 +59,8 @@ class WriteBack:
         self.interval = interval
         self.dirty_bytes = 0
         self.root_documents: dict[str, bytes] | None = None  # for .zmetadata updates
-        self._order: OrderedDict[DirtyKey, tuple[ArrayState, Index, Dirty]] = OrderedDict()
+        # Oldest first; the cost is the one counted when the chunk became dirty.
+        self._order: OrderedDict[DirtyKey, tuple[ArrayState, Index, Dirty, int]] = OrderedDict()
         self._resized: dict[int, tuple[ArrayState, float]] = {}
         self._chunk_locks: dict[tuple[str, Index], trio.Lock] = {}
         self._meta_lock: trio.Lock | None = None
@@ -73,8 +74,9 @@ class WriteBack:
 
     def track(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
         self.dropped(state, index)
-        self._order[(id(state), index)] = (state, index, dirty)
-        self.dirty_bytes += self._cost(dirty)
+        cost = self._cost(dirty)
+        self._order[(id(state), index)] = (state, index, dirty, cost)
+        self.dirty_bytes += cost
 
     def touched(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
         """A write changed a dirty chunk (its mask may have been released)."""
@@ -82,7 +84,7 @@ class WriteBack:
     def dropped(self, state: ArrayState, index: Index) -> None:
         entry = self._order.pop((id(state), index), None)
         if entry is not None:
-            self.dirty_bytes -= self._cost(entry[2])
+            self.dirty_bytes -= entry[3]
 
     def resized(self, state: ArrayState) -> None:
         self._resized.setdefault(id(state), (state, time.monotonic()))
@@ -213,7 +215,7 @@ class WriteBack:
 
     def states(self) -> list[ArrayState]:
         """Arrays with anything not yet in the store."""
-        states = {id(s): s for s, _, _ in self._order.values()}
+        states = {id(s): s for s, _, _, _ in self._order.values()}
         states.update({k: s for k, (s, _) in self._resized.items()})
         return list(states.values())
 
@@ -235,11 +237,11 @@ class WriteBack:
             return
         jobs = []
         planned = 0
-        for state, index, dirty in list(self._order.values()):
+        for state, index, _, cost in list(self._order.values()):
             if self.dirty_bytes - planned <= self.budget // 2:
                 break
             jobs.append((state, index))
-            planned += self._cost(dirty)
+            planned += cost
         await self._gather(jobs)
 
     async def run_periodic(self) -> None:
@@ -247,7 +249,7 @@ class WriteBack:
         while True:
             await trio.sleep(max(0.05, min(1.0, self.interval / 2)))
             deadline = time.monotonic() - self.interval
-            old = [(s, i) for s, i, d in self._order.values() if d.since <= deadline]
+            old = [(s, i) for s, i, d, _ in self._order.values() if d.since <= deadline]
             try:
                 if old:
                     await self._gather(old)
