@@ -281,8 +281,8 @@ class ArrayState:
 
     # -- flushing support ---------------------------------------------------------------
 
-    def stale_keys(self) -> list[str]:
-        """Store keys of chunks a shrink left beyond the end (deleted at flush)."""
+    def stale_chunks(self) -> list[Index]:
+        """Chunks a shrink left beyond the end, to delete at the next flush."""
         meta = self.meta
         if not meta.shape or self.low_rows >= self.high_rows:
             return []
@@ -290,13 +290,13 @@ class ArrayState:
         start = math.ceil(self.low_rows / c0)
         stop = math.ceil(self.high_rows / c0)
         others = grid_shape(meta.shape[1:], meta.chunks[1:])
-        keys = []
+        stale = []
         for i0 in range(start, stop):
             for rest in np.ndindex(*others):
                 index = (i0, *rest)
                 if index not in self.dirty and index not in self.rewritten:
-                    keys.extend(meta.chunk_keys(index))
-        return keys
+                    stale.append(index)
+        return stale
 
     def mark_stored(self, rows: int, low_rows: int, high_rows: int) -> None:
         """The store now holds ``shape[0] == rows``; stale chunks up to then are gone.

@@ -158,25 +158,36 @@ class WriteBack:
             self._meta_lock = trio.Lock()
         async with self._meta_lock:
             self._resized.pop(id(state), None)
-            stale = state.stale_keys()
+            stale = state.stale_chunks()
             if not state.metadata_changed and not stale:
+                if state.tail:
+                    self.resized(state)
                 return
             meta = state.meta
             rows, low, high = meta.shape[0], state.low_rows, state.high_rows
             name = meta.documents[0]
             document = rewrite_shape(state.documents[name], meta.shape)
             consolidated = self._consolidated(meta, name, document)
+            stale_keys = [key for index in stale for key in meta.chunk_keys(index)]
             try:
                 await trio.to_thread.run_sync(
-                    self._store_metadata, join_key(meta.path, name), document, consolidated, stale
+                    self._store_metadata,
+                    join_key(meta.path, name),
+                    document,
+                    consolidated,
+                    stale_keys,
                 )
             except BaseException:
                 self.resized(state)
                 raise
+            for index in stale:  # the cache must not bring a deleted chunk back
+                self.cache.put(meta.path, index, None)
             state.documents[name] = document
             if consolidated is not None and self.root_documents is not None:
                 self.root_documents[CONSOLIDATED_KEY] = consolidated
             state.mark_stored(rows, low, high)
+        if state.tail:
+            self.resized(state)  # keep it known, so unmount reports the dropped tail
 
     def _consolidated(self, meta: ArrayMeta, name: str, document: bytes) -> bytes | None:
         """.zmetadata with this array's entry replaced, if the store has one."""

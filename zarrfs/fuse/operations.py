@@ -7,6 +7,7 @@ EIO. pyfuse3 ends ``main()`` on any other exception, so nothing else may escape.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -57,6 +58,7 @@ class OpenFile:
 
 
 def _invalidate(inode: int, attr_only: bool) -> None:
+    log.debug("invalidate inode %d%s", inode, " (attributes)" if attr_only else "")
     try:
         pyfuse3.invalidate_inode(inode, attr_only=attr_only)
     except OSError as e:  # no kernel (handler tests) or an inode the kernel forgot
@@ -99,6 +101,7 @@ class Operations(pyfuse3.Operations):
         self.parents: dict[int, DirNode] = {}  # file inode → its array directory
         self.opened: set[int] = set()  # inodes the kernel may hold pages of
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
+        self.nursery: trio.Nursery | None = None  # for work that must follow a reply
         self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
         self._uid = os.getuid()
         self._gid = os.getgid()
@@ -178,6 +181,11 @@ class Operations(pyfuse3.Operations):
             if not isinstance(node, FileNode):
                 raise pyfuse3.FUSEError(errno.EISDIR)
             node.view.truncate(attr.st_size)
+            if self.mounted:  # the kernel's page at the old end is zero-filled: drop it
+                await trio.to_thread.run_sync(_invalidate, inode, False)
+            if fh is not None:  # ftruncate: that handle's close stores the change
+                with contextlib.suppress(ZarrfsError):
+                    self.files.get(fh).wrote = True
             await self._changed(inode, node, data=True)
         # Times, mode and owner follow the store; changing them is accepted and ignored,
         # as on sshfs, so `touch` and `cp -p` work.
@@ -217,10 +225,11 @@ class Operations(pyfuse3.Operations):
                 raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")
             if not node.view.writable:
                 raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
-            if flags & os.O_TRUNC:
-                node.view.truncate(0)
-                await self._changed(inode, node, data=True, except_self=True)
         handle = OpenFile(node, inode)
+        if flags & _WRITE_FLAGS and flags & os.O_TRUNC:
+            node.view.truncate(0)
+            handle.wrote = True
+            await self._changed(inode, node, data=True, except_self=True)
         self.opened.add(inode)
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
@@ -238,6 +247,10 @@ class Operations(pyfuse3.Operations):
         await self._changed(handle.inode, handle.node, data=True, except_self=True)
         if view.size != before:
             await self._changed(handle.inode, handle.node, data=False)
+            # The kernel zero-filled its page at the old end of file; the array reads
+            # fill value there. The written pages are locked until we reply, so drop
+            # this file's pages from a background task.
+            self._invalidate_later(handle.inode)
         writeback = self.tree.writeback
         if writeback is not None:
             await writeback.relieve()
@@ -262,6 +275,10 @@ class Operations(pyfuse3.Operations):
     @_boundary
     async def release(self, fh: int) -> None:
         self.files.pop(fh)
+
+    def _invalidate_later(self, inode: int) -> None:
+        if self.mounted and self.nursery is not None:
+            self.nursery.start_soon(trio.to_thread.run_sync, _invalidate, inode, False)
 
     async def _changed(
         self, inode: int, node: FileNode, *, data: bool, except_self: bool = False

@@ -137,7 +137,7 @@ class NpyView(View):
         try:
             parsed = parse_npy_header(pending)
         except ValueError as e:
-            state.npy_header_pending = bytearray()
+            state.npy_header_pending = None  # refused: the file is the empty array again
             raise InvalidArgumentError(
                 f"{state.meta.display_name}: invalid NPY header: {e}"
             ) from e
@@ -148,7 +148,7 @@ class NpyView(View):
         if dtype != meta.dtype or fortran_order or tuple(shape[1:]) != meta.shape[1:] or (
             len(shape) != len(meta.shape)
         ):
-            state.npy_header_pending = bytearray()
+            state.npy_header_pending = None  # refused: the file is the empty array again
             raise InvalidArgumentError(
                 f"{meta.display_name}: NPY header {dtype.str} {shape} does not match "
                 f"the array ({meta.dtype.str}, trailing shape {meta.shape[1:]})"
