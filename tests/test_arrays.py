@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
-from zarrfs.errors import InvalidArgumentError
+from zarrfs.errors import FileTooLargeError, InvalidArgumentError
 from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 
@@ -170,3 +170,19 @@ def test_pending_partial_row_fails_the_flush(tmp_path: Path) -> None:
 
     trio.run(run)
     assert json.loads((tmp_path / "a" / ".zarray").read_text())["shape"] == [3, 3]
+
+
+def test_zero_d_arrays_keep_their_size(tmp_path: Path) -> None:
+    state, writeback, _, _ = make_array(tmp_path / "a", (), (), "<f8", "C", 0.0)
+
+    async def run() -> None:
+        await state.write(0, np.float64(2.5).tobytes())
+        with pytest.raises(FileTooLargeError):
+            await state.write(4, bytes(8))
+        await writeback.flush_array(state)
+
+    trio.run(run)
+    with pytest.raises(InvalidArgumentError):
+        state.truncate(0)
+    state.truncate(8)
+    assert zarr.open_array(str(tmp_path / "a"), mode="r", zarr_format=2)[()] == 2.5

@@ -304,4 +304,8 @@ def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_pat
                 action()
             assert info.value.errno in (errno.EPERM, errno.EACCES), f"{what}: {info.value!r}"
         assert sorted(os.listdir(m / "foo/bar")) == [".zarray", ".zattrs", "array.npy", "array.raw"]
+        size = os.stat(raw).st_size
+        os.utime(raw, (0, 0))  # accepted and ignored, as on sshfs (cp -p, touch)
+        os.chmod(raw, 0o600)
+        assert os.stat(raw).st_size == size and os.stat(raw).st_mode & 0o444 == 0o444
         assert "Traceback" not in m.log()

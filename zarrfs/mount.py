@@ -104,12 +104,10 @@ async def _run(ops: Operations) -> None:
                 log.info("removed %d temporary files left by an earlier run", removed)
 
         nursery.start_soon(watch_signals)
-        ops.nursery = nursery
         if writeback is not None:
             nursery.start_soon(writeback.run_periodic)
             nursery.start_soon(cleanup)
         await pyfuse3.main()
-        ops.nursery = None
         nursery.cancel_scope.cancel()
     if writeback is not None:
         await _final_flush(ops)

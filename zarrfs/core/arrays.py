@@ -79,7 +79,12 @@ class ArrayState:
         return bool(self.meta.shape) and self.meta.shape[0] != self.stored_rows
 
     def _is_stale(self, index: Index) -> bool:
-        return bool(index) and index[0] * self.meta.chunks[0] >= self.low_rows
+        """Left beyond the end by a shrink, not written since: reads as fill."""
+        return (
+            bool(index)
+            and index[0] * self.meta.chunks[0] >= self.low_rows
+            and index not in self.rewritten
+        )
 
     def _in_bounds(self, index: Index) -> tuple[slice, ...]:
         return tuple(
@@ -144,7 +149,7 @@ class ArrayState:
                 data.view(_void(meta))[...] = fill
                 mask[...] = True
                 mask[inside] = False
-        if base_is_fill and self._is_stale(index):
+        if base_is_fill and index and index[0] * meta.chunks[0] >= self.low_rows:
             self.rewritten.add(index)
         dirty = Dirty(data, mask, time.monotonic())
         self.dirty[index] = dirty
@@ -303,6 +308,8 @@ class ArrayState:
 
         A shrink or grow that happened while the flush ran keeps its own marks.
         """
+        if not self.meta.shape:
+            return
         self.stored_rows = rows
         if self.low_rows == low_rows:
             self.low_rows = self.meta.shape[0]

@@ -159,12 +159,14 @@ class WriteBack:
         async with self._meta_lock:
             self._resized.pop(id(state), None)
             stale = state.stale_chunks()
+            meta = state.meta
+            rows = meta.shape[0] if meta.shape else 0
+            low, high = state.low_rows, state.high_rows
             if not state.metadata_changed and not stale:
+                state.mark_stored(rows, low, high)
                 if state.tail:
                     self.resized(state)
                 return
-            meta = state.meta
-            rows, low, high = meta.shape[0], state.low_rows, state.high_rows
             name = meta.documents[0]
             document = rewrite_shape(state.documents[name], meta.shape)
             consolidated = self._consolidated(meta, name, document)

@@ -99,9 +99,8 @@ class Operations(pyfuse3.Operations):
         self.inodes = InodeTable(tree.root)
         self.files: HandleTable[OpenFile] = HandleTable()
         self.parents: dict[int, DirNode] = {}  # file inode → its array directory
-        self.opened: set[int] = set()  # inodes the kernel may hold pages of
+        self.opened: set[int] = set()  # inodes opened for reading: the kernel may cache pages
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
-        self.nursery: trio.Nursery | None = None  # for work that must follow a reply
         self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
         self._uid = os.getuid()
         self._gid = os.getgid()
@@ -181,8 +180,6 @@ class Operations(pyfuse3.Operations):
             if not isinstance(node, FileNode):
                 raise pyfuse3.FUSEError(errno.EISDIR)
             node.view.truncate(attr.st_size)
-            if self.mounted:  # the kernel's page at the old end is zero-filled: drop it
-                await trio.to_thread.run_sync(_invalidate, inode, False)
             if fh is not None:  # ftruncate: that handle's close stores the change
                 with contextlib.suppress(ZarrfsError):
                     self.files.get(fh).wrote = True
@@ -226,10 +223,15 @@ class Operations(pyfuse3.Operations):
             if not node.view.writable:
                 raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
         handle = OpenFile(node, inode)
-        if flags & _WRITE_FLAGS and flags & os.O_TRUNC:
-            node.view.truncate(0)
-            handle.wrote = True
-            await self._changed(inode, node, data=True, except_self=True)
+        if flags & _WRITE_FLAGS:
+            if flags & os.O_TRUNC:
+                node.view.truncate(0)
+                handle.wrote = True
+                await self._changed(inode, node, data=True)
+            # A handle that writes bypasses the page cache: the kernel would otherwise
+            # keep the zeros it put past the old end of file where the array reads
+            # fill value, in pages it holds locked while it waits for our reply.
+            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         self.opened.add(inode)
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
@@ -244,13 +246,9 @@ class Operations(pyfuse3.Operations):
         before = view.size
         written = await view.write(off, buf)
         handle.wrote = True
-        await self._changed(handle.inode, handle.node, data=True, except_self=True)
+        await self._changed(handle.inode, handle.node, data=True)
         if view.size != before:
             await self._changed(handle.inode, handle.node, data=False)
-            # The kernel zero-filled its page at the old end of file; the array reads
-            # fill value there. The written pages are locked until we reply, so drop
-            # this file's pages from a background task.
-            self._invalidate_later(handle.inode)
         writeback = self.tree.writeback
         if writeback is not None:
             await writeback.relieve()
@@ -276,18 +274,13 @@ class Operations(pyfuse3.Operations):
     async def release(self, fh: int) -> None:
         self.files.pop(fh)
 
-    def _invalidate_later(self, inode: int) -> None:
-        if self.mounted and self.nursery is not None:
-            self.nursery.start_soon(trio.to_thread.run_sync, _invalidate, inode, False)
-
-    async def _changed(
-        self, inode: int, node: FileNode, *, data: bool, except_self: bool = False
-    ) -> None:
+    async def _changed(self, inode: int, node: FileNode, *, data: bool) -> None:
         """Tell the kernel that an array's files changed, so no stale page is served.
 
-        The file being written keeps its own pages (the kernel updated them); its
-        sibling (array.raw vs array.npy) shares the bytes and must drop its pages.
-        Runs in a thread: invalidation may wait for page locks held by a request.
+        ``array.raw`` and ``array.npy`` share their bytes, so both are invalidated:
+        their pages (``data``) where a reading handle may have cached some, else
+        their attributes (size). Writing handles use direct I/O and lock no pages,
+        so this cannot wait on the request being answered. Runs in a thread.
         """
         parent = self.parents.get(inode)
         if parent is None or not self.mounted:
@@ -297,9 +290,7 @@ class Operations(pyfuse3.Operations):
             if not isinstance(sibling, FileNode) or not sibling.view.writable:
                 continue
             sibling_inode = self.inodes.inode_of(sibling)
-            if except_self and sibling_inode == inode:
-                continue
-            # A file never opened has no pages in the kernel; only its size may be cached.
+            # A file never opened for reading has no pages in the kernel.
             if data and sibling_inode not in self.opened:
                 continue
             targets.append(sibling_inode)
