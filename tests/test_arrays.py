@@ -186,3 +186,45 @@ def test_zero_d_arrays_keep_their_size(tmp_path: Path) -> None:
         state.truncate(0)
     state.truncate(8)
     assert zarr.open_array(str(tmp_path / "a"), mode="r", zarr_format=2)[()] == 2.5
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_seeded_resize_and_flush_sequences(tmp_path: Path, seed: int) -> None:
+    """Shrinks, regrows, appends and flushes interleaved (found the stale-mark bug)."""
+    rng = random.Random(seed)
+    shape, row = (30, 7), 28
+    state, writeback, _, data = make_array(tmp_path / "a", shape, (3, 4), "<f4", "C", -1.5)
+    fill = np.array(-1.5, "<f4").tobytes()
+    model = bytearray(data.tobytes())
+
+    async def run() -> None:
+        for step in range(250):
+            op = rng.choice(["write", "write", "truncate", "flush", "append"])
+            if op == "write":
+                offset, size = rng.randrange(len(model) + 1), rng.randrange(1, 120)
+                if offset + size > len(model):  # end on a row boundary
+                    size = -(-(offset + size) // row) * row - offset
+                payload = rng.randbytes(size)
+                await state.write(offset, payload)
+                if offset > len(model):
+                    model.extend((fill * row)[: offset - len(model)])
+                model.extend(bytes(max(0, offset + size - len(model))))
+                model[offset : offset + size] = payload
+            elif op == "truncate":
+                rows = rng.randrange(0, 40)
+                state.truncate(rows * row)
+                del model[rows * row :]
+                model.extend(fill * ((rows * row - len(model)) // 4))
+            elif op == "append":
+                payload = rng.randbytes(row * rng.randrange(1, 3))
+                await state.write(len(model), payload)
+                model.extend(payload)
+            else:
+                await writeback.flush_array(state)
+            got = await state.read(0, len(model))
+            assert got == bytes(model), f"seed {seed}, step {step} ({op})"
+        await writeback.flush_array(state)
+
+    trio.run(run)
+    z = zarr.open_array(str(tmp_path / "a"), mode="r", zarr_format=2)
+    assert np.ascontiguousarray(z[...]).tobytes() == bytes(model)

@@ -54,6 +54,9 @@ class ArrayState:
         self.cache = cache
         self.writeback = writeback
         self.dirty: dict[Index, Dirty] = {}
+        # Chunks handed to the store and not yet stored: complete, read-only. A write
+        # to one of them starts a new dirty chunk from a copy.
+        self.flushing: dict[Index, np.ndarray] = {}
         self.tail = bytearray()  # a trailing partial row, held until it is complete
         self.stored_rows = meta.shape[0] if meta.shape else 0  # shape[0] in the store
         self.low_rows = self.stored_rows  # smallest shape[0] since the last flush
@@ -102,6 +105,9 @@ class ArrayState:
             return self.dirty[index].data if index in self.dirty else await self.get(meta, index)
         if self._is_stale(index):
             return None
+        flushing = self.flushing.get(index)
+        if flushing is not None:
+            return flushing
         return await self.cache.get(meta, index)
 
     async def read(self, offset: int, size: int) -> bytes:
@@ -118,7 +124,6 @@ class ArrayState:
 
     async def _materialise(self, index: Index) -> None:
         """Merge the stored chunk (or fill) under the elements not yet written."""
-        dirty = self.dirty[index]
         base = None if self._is_stale(index) else await self.cache.get(self.meta, index)
         dirty = self.dirty.get(index)  # may have been flushed or replaced meanwhile
         if dirty is None or dirty.mask is None:
@@ -140,8 +145,12 @@ class ArrayState:
         inside = self._in_bounds(index)
         whole = all(s.stop == c for s, c in zip(inside, meta.chunks))
         fill = np.frombuffer(meta.fill_bytes, dtype=_void(meta))[0]
+        flushing = self.flushing.get(index)
         if base_is_fill:
             data.view(_void(meta))[...] = fill
+            mask = None
+        elif flushing is not None:
+            data[...] = flushing
             mask = None
         else:
             mask = np.zeros(meta.chunks, dtype=bool, order=meta.order)

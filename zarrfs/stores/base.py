@@ -31,11 +31,19 @@ class Store(ABC):
     def list_dir(self, prefix: str) -> Listing: ...
 
     @abstractmethod
-    def set(self, key: str, value: bytes) -> None:
-        """Store ``value`` under ``key`` atomically: readers see the old or the new value."""
+    def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        """Store ``value`` under ``key`` atomically: readers see the old or the new value.
+
+        With ``durable=False`` the value's bytes are on disk before it replaces the
+        old one (so a crash leaves old or new, never a torn value), but the
+        replacement itself becomes durable only at the next ``sync(keys)``.
+        """
+
+    def sync(self, keys: list[str]) -> None:  # noqa: B027 - durable stores need nothing
+        """Make earlier non-durable ``set``/``delete`` of ``keys`` durable."""
 
     @abstractmethod
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         """Remove ``key``; a missing key is not an error."""
 
     def cleanup(self) -> int:

@@ -61,7 +61,7 @@ class DirectoryStore(Store):
             raise StoreError(f"listing {prefix!r}: {e.strerror}", e.errno or errno.EIO) from e
         return Listing(tuple(sorted(keys)), tuple(sorted(prefixes)))
 
-    def set(self, key: str, value: bytes) -> None:
+    def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         """Temporary file in the same directory, fsync, rename over, fsync the directory."""
         path = self._path(key)
         directory, name = os.path.split(path)
@@ -73,17 +73,18 @@ class DirectoryStore(Store):
                 view = memoryview(value)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                os.fdatasync(fd)  # the bytes and size, before the rename makes them visible
             finally:
                 os.close(fd)
             os.replace(temp, path)
-            _fsync_directory(directory)
+            if durable:
+                _fsync_directory(directory)
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise StoreError(f"writing {key!r}: {e.strerror}", e.errno or errno.EIO) from e
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         path = self._path(key)
         try:
             os.unlink(path)
@@ -91,7 +92,17 @@ class DirectoryStore(Store):
             if e.errno in _MISSING:
                 return
             raise StoreError(f"deleting {key!r}: {e.strerror}", e.errno or errno.EIO) from e
-        _fsync_directory(os.path.dirname(path))
+        if durable:
+            _fsync_directory(os.path.dirname(path))
+
+    def sync(self, keys: list[str]) -> None:
+        """One fsync per directory that the keys live in (renames and unlinks)."""
+        for directory in sorted({os.path.dirname(self._path(key)) for key in keys}):
+            try:
+                _fsync_directory(directory)
+            except OSError as e:
+                err = e.errno or errno.EIO
+                raise StoreError(f"syncing {directory!r}: {e.strerror}", err) from e
 
     def cleanup(self) -> int:
         removed = 0
