@@ -8,6 +8,7 @@ or a stray line on stderr is seen exactly as a user would see it) and unmounts i
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import shutil
 import signal
@@ -304,6 +305,9 @@ def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_pat
                 action()
             assert info.value.errno in (errno.EPERM, errno.EACCES), f"{what}: {info.value!r}"
         assert sorted(os.listdir(m / "foo/bar")) == [".zarray", ".zattrs", "array.npy", "array.raw"]
+        with open(raw, "r+b") as writable, pytest.raises(OSError) as info:
+            mmap.mmap(writable.fileno(), 0)  # writing handles use direct I/O
+        assert info.value.errno == errno.ENODEV
         size = os.stat(raw).st_size
         os.utime(raw, (0, 0))  # accepted and ignored, as on sshfs (cp -p, touch)
         os.chmod(raw, 0o600)
