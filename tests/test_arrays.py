@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -14,22 +13,12 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import FileTooLargeError, InvalidArgumentError
 from zarrfs.formats.v2 import parse_array
-from zarrfs.stores.directory import DirectoryStore
-
-
-class CountingStore(DirectoryStore):
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self.gets: Counter[str] = Counter()
-
-    def get(self, key: str) -> bytes | None:
-        self.gets[key] += 1
-        return super().get(key)
 
 
 def make_array(

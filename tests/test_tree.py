@@ -5,27 +5,16 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import trio
 
+from tests.stores import CountingStore
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import MetadataError, NotFoundError
-from zarrfs.stores.directory import DirectoryStore
 from zarrfs.tree import DirNode, FileNode, Tree
-
-
-class CountingStore(DirectoryStore):
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self.gets: Counter[str] = Counter()
-
-    def get(self, key: str) -> bytes | None:
-        self.gets[key] += 1
-        return super().get(key)
 
 
 def write_json(path: Path, doc: object) -> None:

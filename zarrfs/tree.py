@@ -59,9 +59,7 @@ Node = DirNode | FileNode
 
 
 class Tree:
-    def __init__(
-        self, store: Store, cache: ChunkCache, writeback: WriteBack | None = None
-    ) -> None:
+    def __init__(self, store: Store, cache: ChunkCache, writeback: WriteBack | None = None) -> None:
         self.store = store
         self.cache = cache
         self.writeback = writeback

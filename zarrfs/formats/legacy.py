@@ -14,15 +14,8 @@ from typing import Any
 from zarrfs.core.layout import Index
 from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs import CodecPipeline
-from zarrfs.formats.dtypes import (
-    check_geometry,
-    decode_fill_value,
-    has_fixed_size,
-    parse_dtype,
-    parse_shape,
-)
 from zarrfs.formats.model import ArrayMeta, join_key
-from zarrfs.formats.v2 import load_json_object, parse_attrs
+from zarrfs.formats.v2 import parse_array_document, parse_attrs, parse_order
 
 V0_META_KEY = "__zmeta__"
 V0_ATTRS_KEY = "__zattr__"
@@ -70,38 +63,11 @@ def v1_compressor(name: Any, opts: Any) -> dict[str, Any] | None:
     raise MetadataError(f"unknown compression {name!r}")
 
 
-def _parse(
-    path: str, doc_name: str, data: bytes, build: Callable[[dict[str, Any]], dict[str, Any]]
-) -> dict[str, Any]:
-    where = f"{path or '/'}/{doc_name}"
-    doc = load_json_object(data, where)
-    try:
-        fields = build(doc)
-        shape = parse_shape(doc["shape"], "shape", positive=False)
-        chunks = parse_shape(doc["chunks"], "chunks", positive=True)
-        dtype = parse_dtype(doc["dtype"])
-        check_geometry(shape, chunks, dtype)
-        fixed = has_fixed_size(dtype)
-        fill = decode_fill_value(doc.get("fill_value"), dtype) if fixed else None
-    except KeyError as e:
-        raise MetadataError(f"{where}: missing key {e.args[0]!r}") from e
-    except MetadataError as e:
-        raise MetadataError(f"{where}: {e}") from e
-    return dict(
-        fields,
-        shape=shape,
-        chunks=chunks,
-        dtype=dtype,
-        fill_value=fill,
-        unsupported=None if fixed else f"dtype {dtype} has no fixed element size",
-    )
-
-
 def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         return {"codecs": CodecPipeline(_blosc_config(doc), []), "order": "C"}
 
-    fields = _parse(path, V0_META_KEY, zmeta, build)
+    fields = parse_array_document(path, V0_META_KEY, zmeta, build)
     return ArrayMeta(
         path=path,
         zarr_format=0,
@@ -116,13 +82,10 @@ def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         if doc.get("zarr_format") != 1:
             raise MetadataError(f"zarr_format is {doc.get('zarr_format')!r}, expected 1")
-        order = doc.get("order", "C")
-        if order not in ("C", "F"):
-            raise MetadataError(f"order must be 'C' or 'F', got {order!r}")
         compressor = v1_compressor(doc["compression"], doc.get("compression_opts"))
-        return {"codecs": CodecPipeline(compressor, []), "order": order}
+        return {"codecs": CodecPipeline(compressor, []), "order": parse_order(doc)}
 
-    fields = _parse(path, V1_META_KEY, meta, build)
+    fields = parse_array_document(path, V1_META_KEY, meta, build)
     return ArrayMeta(
         path=path,
         zarr_format=1,

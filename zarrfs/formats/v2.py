@@ -68,19 +68,50 @@ def v2_chunk_keys(path: str, separator: str | None, ndim: int) -> Callable[[Inde
     return keys
 
 
-def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
-    where = path or "/"
-    doc = load_json_object(zarray, f"{where}/{ARRAY_KEY}")
+def parse_array_document(
+    path: str, doc_name: str, data: bytes, build: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """What every array layout shares: shape, chunks, dtype and fill value.
+
+    ``build`` reads the layout's own keys (order, codecs, ...) into ArrayMeta
+    fields; every failure becomes one MetadataError naming the document.
+    """
+    where = f"{path or '/'}/{doc_name}"
+    doc = load_json_object(data, where)
     try:
-        fmt = doc["zarr_format"]
-        if fmt != 2:
-            raise MetadataError(f"{where}/{ARRAY_KEY}: zarr_format is {fmt!r}, expected 2")
+        fields = build(doc)
         shape = parse_shape(doc["shape"], "shape", positive=False)
         chunks = parse_shape(doc["chunks"], "chunks", positive=True)
         dtype = parse_dtype(doc["dtype"])
-        order = doc.get("order", "C")
-        if order not in ("C", "F"):
-            raise MetadataError(f"order must be 'C' or 'F', got {order!r}")
+        check_geometry(shape, chunks, dtype)
+        fixed = has_fixed_size(dtype)
+        fill = decode_fill_value(doc.get("fill_value"), dtype) if fixed else None
+    except KeyError as e:
+        raise MetadataError(f"{where}: missing key {e.args[0]!r}") from e
+    except MetadataError as e:
+        raise MetadataError(f"{where}: {e}") from e
+    return dict(
+        fields,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        fill_value=fill,
+        unsupported=None if fixed else f"dtype {dtype} has no fixed element size",
+    )
+
+
+def parse_order(doc: dict[str, Any]) -> str:
+    order = doc.get("order", "C")
+    if order not in ("C", "F"):
+        raise MetadataError(f"order must be 'C' or 'F', got {order!r}")
+    return order
+
+
+def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
+    def build(doc: dict[str, Any]) -> dict[str, Any]:
+        fmt = doc["zarr_format"]
+        if fmt != 2:
+            raise MetadataError(f"zarr_format is {fmt!r}, expected 2")
         compressor = doc.get("compressor")
         filters = doc.get("filters") or []
         if compressor is not None and not (isinstance(compressor, dict) and "id" in compressor):
@@ -92,37 +123,28 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
         separator = doc.get("dimension_separator")
         if separator not in (None, ".", "/"):
             raise MetadataError(f"invalid dimension_separator {separator!r}")
-        check_geometry(shape, chunks, dtype)
-        fixed = has_fixed_size(dtype)
-        fill = decode_fill_value(doc.get("fill_value"), dtype) if fixed else None
-    except KeyError as e:
-        raise MetadataError(f"{where}/{ARRAY_KEY}: missing key {e.args[0]!r}") from e
-    except MetadataError as e:
-        if str(e).startswith(where):
-            raise
-        raise MetadataError(f"{where}/{ARRAY_KEY}: {e}") from e
-    attrs = parse_attrs(zattrs, where)
+        return {
+            "order": parse_order(doc),
+            "codecs": CodecPipeline(compressor, filters),
+            "separator": separator,
+        }
+
+    fields = parse_array_document(path, ARRAY_KEY, zarray, build)
+    separator = fields.pop("separator")
+    shape = fields["shape"]
+    attrs = parse_attrs(zattrs, path or "/")
     dims = attrs.get("_ARRAY_DIMENSIONS")
     dimension_names = None
     if isinstance(dims, list) and len(dims) == len(shape) and all(isinstance(d, str) for d in dims):
         dimension_names = tuple(dims)
-    unsupported = None
-    if not fixed:
-        unsupported = f"dtype {dtype} has no fixed element size"
     return ArrayMeta(
         path=path,
         zarr_format=2,
-        shape=shape,
-        chunks=chunks,
-        dtype=dtype,
-        order=order,
-        fill_value=fill,
-        codecs=CodecPipeline(compressor, filters),
         chunk_keys=v2_chunk_keys(path, separator, len(shape)),
         documents=(ARRAY_KEY, ATTRS_KEY) if zattrs is not None else (ARRAY_KEY,),
         attrs=attrs,
         dimension_names=dimension_names,
-        unsupported=unsupported,
+        **fields,
     )
 
 

@@ -138,15 +138,16 @@ class NpyView(View):
             parsed = parse_npy_header(pending)
         except ValueError as e:
             state.npy_header_pending = None  # refused: the file is the empty array again
-            raise InvalidArgumentError(
-                f"{state.meta.display_name}: invalid NPY header: {e}"
-            ) from e
+            raise InvalidArgumentError(f"{state.meta.display_name}: invalid NPY header: {e}") from e
         if parsed is None:
             return len(data)
         length, dtype, shape, fortran_order = parsed
         meta = state.meta
-        if dtype != meta.dtype or fortran_order or tuple(shape[1:]) != meta.shape[1:] or (
-            len(shape) != len(meta.shape)
+        if (
+            dtype != meta.dtype
+            or fortran_order
+            or tuple(shape[1:]) != meta.shape[1:]
+            or (len(shape) != len(meta.shape))
         ):
             state.npy_header_pending = None  # refused: the file is the empty array again
             raise InvalidArgumentError(
@@ -177,8 +178,11 @@ class NpyView(View):
                 raise InvalidArgumentError(f"{state.meta.display_name}: size is fixed")
             return
         rows, rest = divmod(size - len(self.header), row)
-        if rest or rows < 0 or len(npy_header(state.meta.dtype, (rows, *state.meta.shape[1:]))) != (
-            len(self.header)
+        if (
+            rest
+            or rows < 0
+            or len(npy_header(state.meta.dtype, (rows, *state.meta.shape[1:])))
+            != (len(self.header))
         ):
             raise InvalidArgumentError(
                 f"{state.meta.display_name}: size {size} is not header + whole rows"

@@ -19,9 +19,7 @@ class ChunkSource(Protocol):
     async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None: ...
 
 
-async def read_array_bytes(
-    cache: ChunkSource, meta: ArrayMeta, offset: int, size: int
-) -> bytes:
+async def read_array_bytes(cache: ChunkSource, meta: ArrayMeta, offset: int, size: int) -> bytes:
     """Bytes ``[offset, offset + size)`` of the C-order array, clipped at its end.
 
     Every chunk the range touches is fetched once, concurrently; the copies are
