@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -98,8 +99,10 @@ async def _run(ops: Operations) -> None:
                     log.info("received %s, unmounting", signal.Signals(signum).name)
                     pyfuse3.terminate()
 
+        started = time.time()
+
         async def cleanup() -> None:
-            removed = await trio.to_thread.run_sync(ops.tree.store.cleanup)
+            removed = await trio.to_thread.run_sync(ops.tree.store.cleanup, started)
             if removed:
                 log.info("removed %d temporary files left by an earlier run", removed)
 

@@ -34,7 +34,6 @@ class Dirty:
     data: np.ndarray  # writable, chunk shape, laid out in the array's order
     mask: np.ndarray | None  # elements written so far; None once complete
     since: float  # when it first became dirty (monotonic)
-    version: int = 0
 
 
 def _void(meta: ArrayMeta) -> np.dtype:
@@ -183,9 +182,6 @@ class ArrayState:
                     dirty.mask[piece.chunk_selection] = True
             if dirty.mask is not None and dirty.mask.all():
                 dirty.mask = None
-            dirty.version += 1
-            if self.writeback is not None:
-                self.writeback.touched(self, index, dirty)
 
     async def _write_stored(self, offset: int, data: bytes | memoryview) -> None:
         """Write inside the stored rows (``offset + len(data) <= meta.nbytes``)."""
@@ -286,7 +282,6 @@ class ArrayState:
         dirty.data.view(_void(self.meta))[keep:] = fill
         if dirty.mask is not None:
             dirty.mask[keep:] = True
-        dirty.version += 1
 
     def _drop_dirty(self, index: Index) -> None:
         self.dirty.pop(index, None)

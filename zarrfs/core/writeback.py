@@ -84,9 +84,6 @@ class WriteBack:
         self._order[(id(state), index)] = (state, index, dirty, cost)
         self.dirty_bytes += cost
 
-    def touched(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
-        """A write changed a dirty chunk (its mask may have been released)."""
-
     def dropped(self, state: ArrayState, index: Index) -> None:
         entry = self._order.pop((id(state), index), None)
         if entry is not None:
@@ -94,10 +91,6 @@ class WriteBack:
 
     def resized(self, state: ArrayState) -> None:
         self._resized.setdefault(id(state), (state, time.monotonic()))
-
-    @property
-    def pending(self) -> int:
-        return len(self._order) + len(self._resized)
 
     # -- flushing ---------------------------------------------------------------------
 

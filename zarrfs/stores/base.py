@@ -46,8 +46,8 @@ class Store(ABC):
     def delete(self, key: str, *, durable: bool = True) -> None:
         """Remove ``key``; a missing key is not an error."""
 
-    def cleanup(self) -> int:
-        """Remove what an interrupted earlier run left behind; returns how many items."""
+    def cleanup(self, older_than: float) -> int:
+        """Remove what an interrupted run left before ``older_than``; returns how many."""
         return 0
 
     @abstractmethod

@@ -104,16 +104,22 @@ class DirectoryStore(Store):
                 err = e.errno or errno.EIO
                 raise StoreError(f"syncing {directory!r}: {e.strerror}", err) from e
 
-    def cleanup(self) -> int:
+    def cleanup(self, older_than: float) -> int:
+        """Remove temporary files last modified before ``older_than`` (a time.time()).
+
+        The walk runs while the mount already writes: its own temporary files are
+        newer than the mount and must be left alone.
+        """
         removed = 0
         for directory, _, files in os.walk(self.root):
             for name in files:
-                if TEMP_MARKER in name and name.startswith("."):
-                    try:
-                        os.unlink(os.path.join(directory, name))
+                if TEMP_MARKER not in name or not name.startswith("."):
+                    continue
+                path = os.path.join(directory, name)
+                with contextlib.suppress(OSError):
+                    if os.stat(path).st_mtime < older_than:
+                        os.unlink(path)
                         removed += 1
-                    except OSError:
-                        pass
         return removed
 
     def mtime(self, key: str) -> float | None:
