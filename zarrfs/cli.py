@@ -110,6 +110,11 @@ def main() -> None:
     type=float,
     help="Seconds a chunk may stay dirty before it is stored.",
 )
+@click.option(
+    "--no-consolidated",
+    is_flag=True,
+    help="List the store itself, ignoring consolidated metadata (.zmetadata).",
+)
 @click.option("--log-level", default="info", show_default=True, callback=check_log_level)
 @click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")
 def mount(
@@ -121,6 +126,7 @@ def mount(
     cache_size: str,
     write_cache_size: str,
     flush_interval: float,
+    no_consolidated: bool,
     log_level: str,
     log_file: str | None,
 ) -> None:
@@ -139,6 +145,7 @@ def mount(
         cache_size=cache_bytes,
         write_cache_size=write_cache_bytes,
         flush_interval=flush_interval,
+        consolidated=not no_consolidated,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
     )
     check_mountpoint(mountpoint)

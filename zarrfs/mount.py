@@ -33,6 +33,7 @@ class MountOptions:
     cache_size: int = 512 * 2**20
     write_cache_size: int = 256 * 2**20
     flush_interval: float = 5.0
+    consolidated: bool = True  # list the hierarchy from .zmetadata where present
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
 
@@ -60,7 +61,7 @@ def build_operations(location: str, options: MountOptions) -> Operations:
     writeback = None
     if not options.read_only:
         writeback = WriteBack(store, cache, options.write_cache_size, options.flush_interval)
-    tree = Tree(store, cache, writeback)
+    tree = Tree(store, cache, writeback, consolidated=options.consolidated)
     return Operations(tree, read_only=options.read_only)
 
 

@@ -17,6 +17,7 @@ from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats import v2
+from zarrfs.formats.consolidated import Consolidated, parse_consolidated
 from zarrfs.formats.detect import CANDIDATE_KEYS, detect
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
@@ -59,16 +60,46 @@ Node = DirNode | FileNode
 
 
 class Tree:
-    def __init__(self, store: Store, cache: ChunkCache, writeback: WriteBack | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cache: ChunkCache,
+        writeback: WriteBack | None = None,
+        *,
+        consolidated: bool = True,
+    ) -> None:
         self.store = store
         self.cache = cache
         self.writeback = writeback
         self._lock = threading.Lock()
+        # Set when the hierarchy is listed from .zmetadata alone (no per-node reads).
+        self.consolidated: Consolidated | None = None
+        self._consolidated_mtime: float | None = None
+        # The root's .zmetadata as read once at mount (None: missing), if it was read.
+        self._root_zmetadata: tuple[bytes | None] | None = None
+        if consolidated:
+            self._open_consolidated()
         self.root = self._load_root()
         if writeback is not None:
             writeback.root_documents = self.root.documents
 
     # -- loading (blocking: worker threads) -------------------------------------------
+
+    def _open_consolidated(self) -> None:
+        data = self.store.get(v2.CONSOLIDATED_KEY)
+        self._root_zmetadata = (data,)
+        if data is None:
+            return
+        try:
+            self.consolidated = parse_consolidated(data)
+        except MetadataError as e:
+            log.warning("ignoring %s: %s; listing the store instead", v2.CONSOLIDATED_KEY, e)
+            return
+        if v2.GROUP_KEY not in self.consolidated.read("", (v2.GROUP_KEY,)):
+            log.warning("%s has no root group; listing the store instead", v2.CONSOLIDATED_KEY)
+            self.consolidated = None
+            return
+        self._consolidated_mtime = self.store.mtime(v2.CONSOLIDATED_KEY)
 
     def _load_root(self) -> DirNode:
         node = self._load_node("", "")
@@ -77,6 +108,8 @@ class Tree:
         return node
 
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
+        if self.consolidated is not None:
+            return self.consolidated.read(path, names)
         docs = {}
         for name in names:
             data = self.store.get(join_key(path, name))
@@ -108,15 +141,30 @@ class Tree:
                 next(iter(docs)),
             )
         if isinstance(meta, GroupMeta) and not path:
-            docs.update(self._read_docs(path, (v2.CONSOLIDATED_KEY,)))
+            if self._root_zmetadata is None:
+                docs.update(self._read_docs(path, (v2.CONSOLIDATED_KEY,)))
+            elif self._root_zmetadata[0] is not None:
+                docs[v2.CONSOLIDATED_KEY] = self._root_zmetadata[0]
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
+        return DirNode(
+            name=name,
+            meta=meta,
+            mtime=self._mtime(path, docs),
+            documents=docs,
+            state=self._state(meta, docs),
+        )
+
+    def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
+        if self.consolidated is not None and self._consolidated_mtime is not None:
+            return self._consolidated_mtime
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
-        mtime = max((m for m in mtimes if m is not None), default=time.time())
-        state = None
+        return max((m for m in mtimes if m is not None), default=time.time())
+
+    def _state(self, meta: NodeMeta, docs: dict[str, bytes]) -> ArrayState | None:
         if isinstance(meta, ArrayMeta) and meta.unsupported is None:
-            state = ArrayState(meta, docs, self.cache, self.writeback)
-        return DirNode(name=name, meta=meta, mtime=mtime, documents=docs, state=state)
+            return ArrayState(meta, docs, self.cache, self.writeback)
+        return None
 
     @staticmethod
     def _document_entries(node: DirNode) -> dict[str, Node]:
@@ -134,18 +182,22 @@ class Tree:
 
     def _group_entries(self, node: DirNode) -> dict[str, Node]:
         entries = self._document_entries(node)
-        try:
-            listing = self.store.list_dir(node.path)
-        except StoreError as e:
-            log.warning("cannot list %s: %s", node.path or "/", e)
-            return entries
-        for child in listing.prefixes:
+        for child in self._child_names(node.path):
             if child in entries:
                 continue
             loaded = self._load_node(join_key(node.path, child), child)
             if loaded is not None:
                 entries[child] = loaded
         return entries
+
+    def _child_names(self, path: str) -> tuple[str, ...]:
+        if self.consolidated is not None:
+            return self.consolidated.children.get(path, ())
+        try:
+            return self.store.list_dir(path).prefixes
+        except StoreError as e:
+            log.warning("cannot list %s: %s", path or "/", e)
+            return ()
 
     def entries(self, node: DirNode) -> dict[str, Node]:
         """The directory's children by name, sorted (blocking on first call)."""

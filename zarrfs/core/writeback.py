@@ -13,7 +13,6 @@ the deletion of chunks a shrink left beyond the end.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -26,7 +25,8 @@ import trio
 from zarrfs.core.arrays import ArrayState, Dirty
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.layout import Index
-from zarrfs.errors import ChunkError, InvalidArgumentError, ZarrfsError
+from zarrfs.errors import ChunkError, InvalidArgumentError, MetadataError, ZarrfsError
+from zarrfs.formats.consolidated import replace_entry
 from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.formats.v2 import CONSOLIDATED_KEY, rewrite_shape
 from zarrfs.stores.base import Store
@@ -224,16 +224,12 @@ class WriteBack:
         if self.root_documents is None or CONSOLIDATED_KEY not in self.root_documents:
             return None
         try:
-            doc = json.loads(self.root_documents[CONSOLIDATED_KEY])
-            entries = doc["metadata"]
-        except (ValueError, KeyError, TypeError):
-            log.warning("%s is not valid; not updating it", CONSOLIDATED_KEY)
+            return replace_entry(
+                self.root_documents[CONSOLIDATED_KEY], join_key(meta.path, name), document
+            )
+        except MetadataError as e:
+            log.warning("not updating %s: %s", CONSOLIDATED_KEY, e)
             return None
-        key = join_key(meta.path, name)
-        if key not in entries:
-            return None
-        entries[key] = json.loads(document)
-        return json.dumps(doc, indent=4, ensure_ascii=True).encode()
 
     def _store_metadata(
         self, key: str, document: bytes, consolidated: bytes | None, stale: list[str]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -32,11 +33,28 @@ def _chunk_keys(prefix: str, suffix: str, ndim: int) -> Callable[[Index], list[s
     return keys
 
 
+def _require(doc: dict[str, Any], *keys: str) -> None:
+    """Keys these specs make mandatory (v2 .zarray is read more leniently, as zarr-python)."""
+    for key in keys:
+        if key not in doc:
+            raise KeyError(key)  # parse_array_document names the document and key
+
+
 def _blosc_config(doc: dict[str, Any]) -> dict[str, Any]:
     cname, clevel, shuffle = doc["cname"], doc["clevel"], doc["shuffle"]
     if not isinstance(cname, str) or not isinstance(clevel, int) or shuffle not in (0, 1, 2):
         raise MetadataError(f"invalid blosc settings {cname!r}/{clevel!r}/{shuffle!r}")
+    # A blosc frame names its own compressor, so reads would work; writes would not.
+    if cname not in blosc_compressors():
+        raise MetadataError(f"unknown blosc compressor {cname!r}")
     return {"id": "blosc", "cname": cname, "clevel": clevel, "shuffle": shuffle}
+
+
+@functools.cache
+def blosc_compressors() -> frozenset[str]:
+    from numcodecs import blosc
+
+    return frozenset(blosc.list_compressors())
 
 
 def v1_compressor(name: Any, opts: Any) -> dict[str, Any] | None:
@@ -65,6 +83,7 @@ def v1_compressor(name: Any, opts: Any) -> dict[str, Any] | None:
 
 def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
+        _require(doc, "fill_value")
         return {"codecs": CodecPipeline(_blosc_config(doc), []), "order": "C"}
 
     fields = parse_array_document(path, V0_META_KEY, zmeta, build)
@@ -82,7 +101,8 @@ def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         if doc.get("zarr_format") != 1:
             raise MetadataError(f"zarr_format is {doc.get('zarr_format')!r}, expected 1")
-        compressor = v1_compressor(doc["compression"], doc.get("compression_opts"))
+        _require(doc, "fill_value", "order")
+        compressor = v1_compressor(doc["compression"], doc["compression_opts"])
         return {"codecs": CodecPipeline(compressor, []), "order": parse_order(doc)}
 
     fields = parse_array_document(path, V1_META_KEY, meta, build)

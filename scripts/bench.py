@@ -1,0 +1,715 @@
+"""Benchmark zarrfs against zarr-python 3 and a memory-serving FUSE ceiling (not a test).
+
+Creates its own Zarr v2 directory stores (float32, rows of 1024 values = 4 KiB, chunks
+of 256 rows = 1 MiB) under ``--tmp-dir`` and measures, section by section, each figure
+side by side with its reference in the same run, on the same store:
+
+- read-seq: ``dd bs=1M`` of array.raw on a fresh mount vs zarr-python ``z[:]``, for
+  blosc-lz4 (target >= 1.5x) and zlib-1 (target >= 1.0x).
+- read-npy: ``np.load(array.npy, mmap_mode="r").sum()`` on a fresh mount vs
+  ``z[:].sum()`` (blosc-lz4; target >= 1.0x).
+- read-random: random 4 KiB preads into a hot 64 MiB array (target >= 10 000 reads/s)
+  vs the same reads from scripts/memfs.py, a minimal pyfuse3 filesystem serving the
+  bytes from memory (target >= 0.6x).
+- memory: ``dd`` of an array 4x ``--size-mb`` with ``--cache-size 256M``: the daemon's
+  peak RSS (VmHWM) < 256 MiB + 150 MiB.
+- metadata: a consolidated group of 10 000 small arrays: mount + ``ls -R`` + stat of
+  every file <= 2 s.
+- readers: 4 concurrent ``dd`` of 4 arrays (size/4 each) vs one alone: aggregate
+  >= 0.9x, slowest reader >= 0.5x the fastest.
+- write-seq: ``dd conv=notrunc,fsync`` into array.raw vs zarr-python ``z[:] = data``,
+  blosc-lz4 and zlib-1 (target >= 1.0x).
+- write-random: random 4 KiB pwrites into a hot 64 MiB array (target >= 5 000 writes/s).
+
+Reads see the store's compressed files warm in the OS page cache (each store is read
+once beforehand): dropping the page cache is not portable, so both sides get it warm.
+
+Exit status: 0 when every target is met, 1 when one is missed, 2 when the benchmark
+(or a section of it) could not run.
+
+    .venv/bin/python scripts/bench.py [--size-mb 1024] [--only read-seq,metadata]
+                                      [--random-ops 20000] [--tmp-dir /var/tmp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import zarr
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from memfs import memfs_mounted  # noqa: E402
+
+from tests.mounting import Mounted, mounted  # noqa: E402
+
+MiB = 2**20
+PAGE = 4096
+COLUMNS = 1024  # a row is 4 KiB of float32
+CHUNK_ROWS = 256  # a chunk is 256 rows: 1 MiB
+HOT_MB = 64  # the array of the random-read and random-write sections
+MEMORY_CACHE_MB = 256
+MEMORY_SLACK_MB = 150
+METADATA_ARRAYS = 10_000
+READERS = 4
+
+CODECS = {
+    "blosc-lz4": lambda: numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE),
+    "zlib-1": lambda: numcodecs.Zlib(level=1),
+}
+READ_SEQ_TARGETS = {"blosc-lz4": 1.5, "zlib-1": 1.0}
+
+
+class BenchError(Exception):
+    """The benchmark could not run; the message says why."""
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    section: str
+    figure: str
+    reference: str
+    ratio: float | None
+    target: str
+    passed: bool
+
+
+def fmt(value: float, unit: str) -> str:
+    return f"{value:,.0f} {unit}" if value >= 1000 else f"{value:.1f} {unit}"
+
+
+def versus(section: str, value: float, reference: float, unit: str, target: float) -> Result:
+    """``value`` over ``reference`` (both higher-is-better) against a ratio target."""
+    ratio = value / reference
+    return Result(
+        section, fmt(value, unit), fmt(reference, unit), ratio, f">= {target}x", ratio >= target
+    )
+
+
+def at_least(section: str, value: float, unit: str, target: float) -> Result:
+    return Result(section, fmt(value, unit), "-", None, f">= {fmt(target, unit)}", value >= target)
+
+
+def below(section: str, value: float, unit: str, target: float, strict: bool = True) -> Result:
+    passed = value < target if strict else value <= target
+    sign = "<" if strict else "<="
+    return Result(section, fmt(value, unit), "-", None, f"{sign} {fmt(target, unit)}", passed)
+
+
+def print_result(r: Result) -> None:
+    ratio = f"  ratio {r.ratio:.2f}x" if r.ratio is not None else ""
+    reference = f"  vs {r.reference}" if r.reference != "-" else ""
+    verdict = "PASS" if r.passed else "MISS"
+    print(f"  {r.section}: {r.figure}{reference}{ratio}  (target {r.target})  {verdict}")
+
+
+def print_table(results: list[Result], errors: dict[str, str]) -> None:
+    header = ("section", "zarrfs", "zarr-python / ceiling", "ratio", "target", "result")
+    rows = [header]
+    for r in results:
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        rows.append(
+            (r.section, r.figure, r.reference, ratio, r.target, "PASS" if r.passed else "MISS")
+        )
+    rows += [(name, "-", "-", "-", "-", "ERROR") for name in errors]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    print()
+    for n, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+# -- data and stores --------------------------------------------------------------------
+
+
+def smooth(rows: slice, offset: float = 0.0) -> np.ndarray:
+    """Smooth float32 values for the given rows (a field of waves plus a slow trend)."""
+    i = np.arange(rows.start, rows.stop, dtype=np.float64)[:, None]
+    j = np.arange(COLUMNS, dtype=np.float64)[None, :]
+    values = 100.0 * np.sin(i / 700.0 + offset) * np.cos(j / 90.0) + i * 1e-3 + offset
+    return values.astype("<f4")
+
+
+def make_data(rows: int, offset: float = 0.0, noise: float = 0.0) -> np.ndarray:
+    """``smooth`` values, plus Gaussian noise of this deviation (so it compresses like
+    measured data rather than like a formula)."""
+    data = np.empty((rows, COLUMNS), dtype="<f4")
+    rng = np.random.default_rng(int(offset * 1000))
+    for start in range(0, rows, 4096):
+        block = slice(start, min(rows, start + 4096))
+        data[block] = smooth(block, offset)
+        if noise:
+            data[block] += rng.normal(0.0, noise, data[block].shape).astype("<f4")
+    return data
+
+
+def new_group(store: Path) -> None:
+    zarr.open_group(str(store), mode="w", zarr_format=2)
+
+
+def add_array(store: Path, name: str, codec: str, rows: int) -> zarr.Array:
+    """An empty v2 array ``name`` in the group at ``store`` (chunks of 1 MiB)."""
+    return zarr.create_array(
+        store=str(store / name),
+        shape=(rows, COLUMNS),
+        chunks=(CHUNK_ROWS, COLUMNS),
+        dtype="<f4",
+        zarr_format=2,
+        compressors=CODECS[codec](),
+        fill_value=0.0,
+    )
+
+
+def create_array(store: Path, rows: int, codec: str, initial: np.ndarray) -> zarr.Array:
+    """A v2 group holding array ``arr`` (chunks of 1 MiB), filled with ``initial``."""
+    new_group(store)
+    z = add_array(store, "arr", codec, rows)
+    z[...] = initial
+    return z
+
+
+def warm(store: Path) -> None:
+    """Read every file of the store once, so its compressed chunks are in the page cache."""
+    for directory, _, files in os.walk(store):
+        for name in files:
+            with open(os.path.join(directory, name), "rb") as f:
+                while f.read(16 * MiB):
+                    pass
+
+
+def check_store(store: Path, data: np.ndarray, what: str) -> None:
+    """Spot-check a few chunks (first, last, random ones) against the data."""
+    z = zarr.open_array(str(store / "arr"), mode="r")
+    chunks = -(-data.shape[0] // CHUNK_ROWS)
+    for c in {0, chunks - 1, *random.sample(range(chunks), min(3, chunks))}:
+        rows = slice(c * CHUNK_ROWS, min(data.shape[0], (c + 1) * CHUNK_ROWS))
+        if not np.array_equal(z[rows], data[rows]):
+            raise BenchError(f"{what}: chunk {c} holds other values than were written")
+
+
+def check_file(path: Path, data: np.ndarray, what: str) -> None:
+    """Compare the first and last MiB of a flat file with the data's bytes."""
+    raw = data.reshape(-1).view(np.uint8)
+    with open(path, "rb") as f:
+        for offset in (0, max(0, raw.size - MiB)):
+            f.seek(offset)
+            if f.read(MiB) != raw[offset : offset + MiB].tobytes():
+                raise BenchError(f"{what}: {path.name} at {offset} differs from the array")
+
+
+# -- running things ---------------------------------------------------------------------
+
+
+def log_tail(log: str, lines: int = 15) -> str:
+    return "\n".join("    " + line for line in log.splitlines()[-lines:])
+
+
+def dd_command(source: Path, target: Path | str, *flags: str) -> list[str]:
+    return ["dd", f"if={source}", f"of={target}", "bs=1M", *flags, "status=none"]
+
+
+def dd(m: Mounted, source: Path, target: Path | str, *flags: str) -> float:
+    """Run dd through the mount ``m``; the wall time in seconds."""
+    start = time.perf_counter()
+    result = subprocess.run(dd_command(source, target, *flags), capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if result.returncode:
+        raise BenchError(
+            f"dd {source} -> {target} failed (exit {result.returncode}): "
+            f"{result.stderr.strip()}\n  Last lines of the zarrfs log:\n{log_tail(m.log())}"
+        )
+    return elapsed
+
+
+def dd_concurrently(m: Mounted, sources: list[Path]) -> tuple[list[float], float]:
+    """One dd to /dev/null per source, all at once: each one's seconds, and the wall time."""
+    ends = [0.0] * len(sources)
+    start = time.perf_counter()
+    processes = [
+        subprocess.Popen(dd_command(s, "/dev/null"), stderr=subprocess.PIPE) for s in sources
+    ]
+
+    def wait(i: int) -> None:
+        processes[i].wait()
+        ends[i] = time.perf_counter()
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(len(sources))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p, s in zip(processes, sources):
+        assert p.stderr is not None
+        if p.returncode:
+            raise BenchError(
+                f"dd {s} failed (exit {p.returncode}): {p.stderr.read().decode().strip()}\n"
+                f"  Last lines of the zarrfs log:\n{log_tail(m.log())}"
+            )
+        p.stderr.close()
+    return [end - start for end in ends], max(ends) - start
+
+
+def random_reads(path: Path, size: int, count: int) -> float:
+    """Seconds for ``count`` 4 KiB preads at random 4 KiB-aligned offsets of one fd.
+
+    The file is read once first (hot). Every timed pread reaches the filesystem: readahead
+    is off (POSIX_FADV_RANDOM) and the offsets run through random permutations of the
+    pages, the file's page cache dropped (untimed) before each pass.
+    """
+    pages = size // PAGE
+    rng = np.random.default_rng(2)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for offset in range(0, size, MiB):
+            os.pread(fd, MiB, offset)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        elapsed = 0.0
+        while count > 0:
+            offsets = (rng.permutation(pages)[:count] * PAGE).tolist()
+            count -= len(offsets)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            start = time.perf_counter()
+            for offset in offsets:
+                os.pread(fd, PAGE, offset)
+            elapsed += time.perf_counter() - start
+    finally:
+        os.close(fd)
+    return elapsed
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set size (VmHWM) in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise BenchError(f"no VmHWM in /proc/{pid}/status")
+
+
+def daemon_pid(m: Mounted) -> int:
+    """The zarrfs daemon's pid: the mount root's user.zarrfs.pid, else our subprocess."""
+    try:
+        return int(os.getxattr(m.path, "user.zarrfs.pid"))
+    except (OSError, ValueError):
+        return m.process.pid
+
+
+# -- the benchmark's state --------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    work: Path
+    size_mb: int
+    random_ops: int
+    _data: np.ndarray | None = None
+    _stores: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return self.size_mb * MiB // (COLUMNS * 4)
+
+    @property
+    def hot_rows(self) -> int:
+        return min(self.size_mb, HOT_MB) * MiB // (COLUMNS * 4)
+
+    def mount(self, store: Path, *options: str) -> AbstractContextManager[Mounted]:
+        return mounted(store, *options, log_dir=self.work)
+
+    def data(self) -> np.ndarray:
+        """The read sections' array: smooth float32 with a little noise, --size-mb."""
+        if self._data is None:
+            self._data = make_data(self.rows, noise=0.01)
+        return self._data
+
+    def read_store(self, codec: str) -> Path:
+        """A store whose ``arr`` holds ``data()`` with this codec (made once, shared)."""
+        if codec not in self._stores:
+            store = self.work / f"read-{codec}.zarr"
+            create_array(store, self.rows, codec, self.data())
+            self._stores[codec] = store
+        return self._stores[codec]
+
+
+# -- sections ---------------------------------------------------------------------------
+
+
+def read_seq(b: Bench) -> list[Result]:
+    data = b.data()
+    mb = data.nbytes / MiB
+    print(f"  float32 {data.shape} = {mb:.0f} MiB; dd bs=1M on a fresh mount vs z[:]")
+    results = []
+    for codec, target in READ_SEQ_TARGETS.items():
+        store = b.read_store(codec)
+        warm(store)
+        with b.mount(store) as m:
+            fs_time = dd(m, m / "arr" / "array.raw", "/dev/null")
+            check_file(m / "arr" / "array.raw", data, "read-seq")
+        z = zarr.open_array(str(store / "arr"), mode="r")
+        start = time.perf_counter()
+        out = z[:]
+        zp_time = time.perf_counter() - start
+        if not np.array_equal(out, data):
+            raise BenchError("read-seq: zarr-python read other values than were stored")
+        del out
+        results.append(versus(f"read-seq {codec}", mb / fs_time, mb / zp_time, "MiB/s", target))
+    return results
+
+
+def read_npy(b: Bench) -> list[Result]:
+    store = b.read_store("blosc-lz4")
+    mb = b.data().nbytes / MiB
+    print("  np.load(array.npy, mmap_mode='r').sum() on a fresh mount vs z[:].sum()")
+    warm(store)
+    with b.mount(store) as m:
+        start = time.perf_counter()
+        mapped = np.load(m / "arr" / "array.npy", mmap_mode="r")
+        fs_sum = mapped.sum()
+        fs_time = time.perf_counter() - start
+        del mapped  # unmap before unmounting
+    z = zarr.open_array(str(store / "arr"), mode="r")
+    start = time.perf_counter()
+    zp_sum = z[:].sum()
+    zp_time = time.perf_counter() - start
+    if not np.isclose(fs_sum, zp_sum, rtol=1e-4):
+        raise BenchError(f"read-npy: sum through the mount {fs_sum} != zarr-python's {zp_sum}")
+    return [versus("read-npy blosc-lz4", mb / fs_time, mb / zp_time, "MiB/s", 1.0)]
+
+
+def read_random(b: Bench) -> list[Result]:
+    hot = b.data()[: b.hot_rows]
+    store = b.work / "read-hot.zarr"
+    create_array(store, b.hot_rows, "blosc-lz4", hot)
+    warm(store)
+    cache = f"{max(MEMORY_CACHE_MB, 2 * hot.nbytes // MiB)}M"
+    count = b.random_ops
+    print(
+        f"  {count} random 4 KiB preads, one fd, into a hot {hot.nbytes / MiB:.0f} MiB "
+        f"array (--cache-size {cache}) vs scripts/memfs.py serving as many bytes from memory"
+    )
+    with b.mount(store, "--cache-size", cache) as m:
+        fs_rate = count / random_reads(m / "arr" / "array.raw", hot.nbytes, count)
+        check_file(m / "arr" / "array.raw", hot, "read-random")
+    with memfs_mounted(hot.nbytes, b.work) as (path, log):
+        ceiling = count / random_reads(path, hot.nbytes, count)
+    served = log.read_text().strip() or "memfs printed nothing"
+    print(f"  ({served}: the {count} timed preads + the warm-up read's requests)")
+    return [
+        at_least("read-random", fs_rate, "reads/s", 10_000),
+        versus("read-random vs ceiling", fs_rate, ceiling, "reads/s", 0.6),
+    ]
+
+
+def write_repeated_chunks(store: Path, rows: int) -> None:
+    """Array ``arr``: every chunk the same highly compressible block, stored by hand."""
+    new_group(store)
+    add_array(store, "arr", "blosc-lz4", rows)
+    block = np.tile(np.arange(COLUMNS, dtype="<f4"), (CHUNK_ROWS, 1))
+    encoded = CODECS["blosc-lz4"]().encode(block)
+    for c in range(rows // CHUNK_ROWS):
+        (store / "arr" / f"{c}.0").write_bytes(encoded)
+    z = zarr.open_array(str(store / "arr"), mode="r")
+    if not (np.array_equal(z[:1], block[:1]) and np.array_equal(z[-1:], block[-1:])):
+        raise BenchError("memory: zarr-python reads other values than were stored")
+
+
+def memory(b: Bench) -> list[Result]:
+    rows = 4 * b.rows
+    store = b.work / "memory.zarr"
+    write_repeated_chunks(store, rows)
+    size_mb = rows * COLUMNS * 4 / MiB
+    limit = MEMORY_CACHE_MB + MEMORY_SLACK_MB
+    print(f"  dd of a {size_mb:.0f} MiB array with --cache-size {MEMORY_CACHE_MB}M")
+    with b.mount(store, "--cache-size", f"{MEMORY_CACHE_MB}M") as m:
+        pid = daemon_pid(m)
+        before = peak_rss_mb(pid)
+        elapsed = dd(m, m / "arr" / "array.raw", "/dev/null")
+        peak = peak_rss_mb(pid)
+    print(
+        f"  daemon pid {pid}: VmHWM {before:.0f} MiB after mounting, {peak:.0f} MiB after "
+        f"reading ({size_mb / elapsed:.0f} MiB/s)"
+    )
+    return [below("memory peak RSS", peak, "MiB", limit)]
+
+
+def write_metadata_group(store: Path, count: int) -> None:
+    """A group of ``count`` small arrays with no chunks, then consolidated metadata.
+
+    zarr-python creates the first array; the others are copies of its ``.zarray``
+    (writing the JSON directly is far faster than creating 10 000 arrays).
+    """
+    new_group(store)
+    add_array(store, "a00000", "blosc-lz4", CHUNK_ROWS)
+    zarray = (store / "a00000" / ".zarray").read_text()
+    for i in range(count):
+        directory = store / f"a{i:05d}"
+        directory.mkdir(exist_ok=True)
+        (directory / ".zarray").write_text(zarray)
+        (directory / ".zattrs").write_text(json.dumps({"index": i}))
+    zarr.consolidate_metadata(str(store))
+
+
+def stat_everything(root: Path) -> int:
+    """os.stat every file under ``root``; how many."""
+    count = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            os.stat(os.path.join(directory, name))
+            count += 1
+    return count
+
+
+def metadata(b: Bench) -> list[Result]:
+    store = b.work / "metadata.zarr"
+    start = time.perf_counter()
+    write_metadata_group(store, METADATA_ARRAYS)
+    print(
+        f"  {METADATA_ARRAYS} arrays created and consolidated in "
+        f"{time.perf_counter() - start:.1f} s (untimed)"
+    )
+    warm(store)
+    start = time.perf_counter()
+    with b.mount(store) as m:
+        mounted_at = time.perf_counter()
+        ls = subprocess.run(["ls", "-R", str(m.path)], capture_output=True, text=True)
+        listed_at = time.perf_counter()
+        if ls.returncode:
+            raise BenchError(f"ls -R failed: {ls.stderr.strip()}\n{log_tail(m.log())}")
+        files = stat_everything(m.path)
+        elapsed = time.perf_counter() - start
+    print(
+        f"  mount (process start to mounted) {mounted_at - start:.2f} s"
+        f" + ls -R {listed_at - mounted_at:.2f} s "
+        f"({len(ls.stdout.splitlines())} lines) + stat of {files} files "
+        f"{elapsed - (listed_at - start):.2f} s"
+    )
+    if files < 4 * METADATA_ARRAYS:
+        raise BenchError(f"metadata: {files} files under the mount, expected >= 4 per array")
+    return [below("metadata mount+ls+stat", elapsed, "s", 2.0, strict=False)]
+
+
+def readers(b: Bench) -> list[Result]:
+    data = b.data()
+    rows = b.rows // READERS
+    store = b.work / "readers.zarr"
+    new_group(store)
+    for k in range(READERS):
+        add_array(store, f"a{k}", "blosc-lz4", rows)[...] = data[k * rows : (k + 1) * rows]
+    warm(store)
+    mb = rows * COLUMNS * 4 / MiB
+    print(f"  {READERS} dd of different {mb:.0f} MiB arrays at once vs one alone (fresh mounts)")
+    with b.mount(store) as m:
+        single = mb / dd(m, m / "a0" / "array.raw", "/dev/null")
+    with b.mount(store) as m:
+        times, wall = dd_concurrently(m, [m / f"a{k}" / "array.raw" for k in range(READERS)])
+    rates = [mb / t for t in times]
+    print("  each reader: " + ", ".join(f"{r:.1f}" for r in rates) + " MiB/s")
+    return [
+        versus("readers aggregate", READERS * mb / wall, single, "MiB/s", 0.9),
+        versus("readers slowest/fastest", min(rates), max(rates), "MiB/s", 0.5),
+    ]
+
+
+def write_seq_codec(b: Bench, codec: str, source: Path, data: np.ndarray) -> Result:
+    initial = make_data(b.rows, offset=1.0)
+    fs_store, zp_store = b.work / f"{codec}-zarrfs.zarr", b.work / f"{codec}-zarr.zarr"
+    create_array(fs_store, b.rows, codec, initial)
+    create_array(zp_store, b.rows, codec, initial)
+    del initial
+    with b.mount(fs_store) as m:
+        fs_time = dd(m, source, m / "arr" / "array.raw", "conv=notrunc,fsync")
+    check_store(fs_store, data, "zarrfs rewrite")
+    z = zarr.open_array(str(zp_store / "arr"), mode="r+")
+    start = time.perf_counter()
+    z[:] = data
+    zp_time = time.perf_counter() - start
+    start = time.perf_counter()
+    os.sync()
+    print(
+        f"  {codec}: zarr-python's os.sync() after z[:] = data: {time.perf_counter() - start:.2f} s"
+    )
+    check_store(zp_store, data, "zarr-python rewrite")
+    shutil.rmtree(fs_store)
+    shutil.rmtree(zp_store)
+    mb = data.nbytes / MiB
+    return versus(f"write-seq {codec}", mb / fs_time, mb / zp_time, "MiB/s", 1.0)
+
+
+def write_seq(b: Bench) -> list[Result]:
+    data = make_data(b.rows)
+    print(
+        f"  rewrite float32 {data.shape} = {data.nbytes / MiB:.0f} MiB: dd bs=1M "
+        "conv=notrunc,fsync on a mount vs z[:] = data (both arrays filled before)"
+    )
+    source = b.work / "source.raw"
+    data.tofile(source)
+    try:
+        return [write_seq_codec(b, codec, source, data) for codec in CODECS]
+    finally:
+        source.unlink()
+
+
+def pwrite_all(m: Mounted, size: int, offsets: list[int], payloads: np.ndarray) -> float:
+    """Random pwrites into ``arr`` after reading it once; the seconds of the pwrite loop."""
+    fd = os.open(m / "arr" / "array.raw", os.O_RDWR)
+    try:
+        for offset in range(0, size, MiB):  # hot: every chunk decoded and cached once
+            os.pread(fd, MiB, offset)
+        start = time.perf_counter()
+        for offset, payload in zip(offsets, payloads):
+            os.pwrite(fd, payload.data, offset)
+        elapsed = time.perf_counter() - start
+        start = time.perf_counter()
+        os.fsync(fd)
+        print(f"  then fsync: {time.perf_counter() - start:.2f} s (untimed)")
+    except OSError as e:
+        raise BenchError(
+            f"random writes through the mount failed: {e}\n  Does this zarrfs support "
+            f"writes? Last lines of its log:\n{log_tail(m.log())}"
+        ) from e
+    finally:
+        os.close(fd)
+    return elapsed
+
+
+def write_random(b: Bench) -> list[Result]:
+    expected = make_data(b.hot_rows, offset=2.0)
+    store = b.work / "write-hot.zarr"
+    create_array(store, b.hot_rows, "blosc-lz4", expected)
+    raw = expected.reshape(-1).view(np.uint8)
+    count = b.random_ops
+    rng = np.random.default_rng(1)
+    offsets = (rng.integers(0, raw.size // PAGE, count) * PAGE).tolist()
+    payloads = rng.random((count, PAGE // 4), dtype=np.float32)
+    print(f"  {count} random 4 KiB pwrites into a hot {raw.size / MiB:.0f} MiB array")
+    with b.mount(store) as m:
+        elapsed = pwrite_all(m, raw.size, offsets, payloads)
+    for offset, payload in zip(offsets, payloads):
+        raw[offset : offset + PAGE] = payload.view(np.uint8)
+    got = np.asarray(zarr.open_array(str(store / "arr"), mode="r")[...])
+    if not np.array_equal(got.view(np.uint8), expected.view(np.uint8)):
+        raise BenchError("random writes: the store holds other bytes than were written")
+    return [at_least("write-random", count / elapsed, "writes/s", 5_000)]
+
+
+SECTIONS: dict[str, Callable[[Bench], list[Result]]] = {
+    "read-seq": read_seq,
+    "read-npy": read_npy,
+    "read-random": read_random,
+    "memory": memory,
+    "metadata": metadata,
+    "readers": readers,
+    "write-seq": write_seq,
+    "write-random": write_random,
+}
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def run(bench: Bench, names: list[str]) -> tuple[list[Result], dict[str, str]]:
+    results: list[Result] = []
+    errors: dict[str, str] = {}
+    for name in names:
+        print(f"\n{name}")
+        try:
+            section = SECTIONS[name](bench)
+        except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+            errors[name] = str(e)
+            print(f"  ERROR: {e}", file=sys.stderr)
+            continue
+        for r in section:
+            print_result(r)
+        results += section
+    return results, errors
+
+
+def check_tools() -> str | None:
+    for tool in ("dd", "ls", "fusermount3"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found"
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse does not exist"
+    return None
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024, help="array size (default 1024)")
+    parser.add_argument("--only", default=None, help="comma list of: " + ",".join(SECTIONS))
+    parser.add_argument(
+        "--random-ops",
+        type=int,
+        default=20000,
+        help="random 4 KiB reads and writes (default 20000)",
+    )
+    parser.add_argument(
+        "--tmp-dir",
+        type=Path,
+        default=Path("/var/tmp"),
+        help="where the stores go, on disk (default /var/tmp)",
+    )
+    args = parser.parse_args()
+    if args.size_mb < READERS or args.random_ops < 1:
+        parser.error(f"--size-mb must be >= {READERS}, --random-ops >= 1")
+    names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else []
+    names = names or list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+    if not args.tmp_dir.is_dir():
+        parser.error(f"--tmp-dir {args.tmp_dir} is not a directory")
+    args.sections = names
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    problem = check_tools()
+    if problem:
+        print(f"bench: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        work = Path(tempfile.mkdtemp(prefix="zarrfs-bench-", dir=args.tmp_dir))
+    except OSError as e:
+        print(f"bench: error: cannot create a directory in {args.tmp_dir}: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"stores under {work}; reads see the compressed store files warm in the OS page "
+        "cache (each store is read once beforehand: dropping caches is not portable)"
+    )
+    try:
+        results, errors = run(Bench(work, args.size_mb, args.random_ops), args.sections)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print_table(results, errors)
+    if errors:
+        print("\nsome sections could not run: " + ", ".join(errors))
+        return 2
+    missed = [r.section for r in results if not r.passed]
+    print("\nall targets met" if not missed else "\nMISSED: " + ", ".join(missed))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Consolidated metadata: the hierarchy listed from .zmetadata alone, and kept current."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.mounting import mounted
+from tests.stores import CountingStore
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.errors import MetadataError
+from zarrfs.formats.consolidated import parse_consolidated, replace_entry
+from zarrfs.tree import DirNode, FileNode, Tree
+
+ZARRAY = {
+    "zarr_format": 2,
+    "shape": [4],
+    "chunks": [2],
+    "dtype": "<i4",
+    "compressor": None,
+    "fill_value": 0,
+    "order": "C",
+    "filters": None,
+}
+
+
+def write_v2_hierarchy(root: Path, groups: int, arrays: int) -> dict[str, object]:
+    """``groups`` x ``arrays`` arrays, each with one chunk, and a zarr-2 style .zmetadata."""
+    metadata: dict[str, object] = {".zgroup": {"zarr_format": 2}}
+    (root / ".zgroup").parent.mkdir(parents=True, exist_ok=True)
+    (root / ".zgroup").write_text(json.dumps({"zarr_format": 2}, indent=4))
+    for g in range(groups):
+        metadata[f"g{g}/.zgroup"] = {"zarr_format": 2}
+        for a in range(arrays):
+            metadata[f"g{g}/a{a}/.zarray"] = ZARRAY
+            metadata[f"g{g}/a{a}/.zattrs"] = {"_ARRAY_DIMENSIONS": ["x"]}
+    for key, value in metadata.items():
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value, indent=4, sort_keys=True))
+    doc = {"metadata": metadata, "zarr_consolidated_format": 1}
+    (root / ".zmetadata").write_text(json.dumps(doc, indent=4, sort_keys=True))
+    return metadata
+
+
+def walk(tree: Tree, node: DirNode) -> list[str]:
+    """What `ls -R` plus `stat` of every file asks of the tree."""
+    seen = []
+    for name, child in tree.entries(node).items():
+        path = f"{node.path}/{name}" if node.path else name
+        seen.append(path)
+        if isinstance(child, DirNode):
+            seen.extend(walk(tree, child))
+        else:
+            assert isinstance(child, FileNode)
+            assert child.view.size >= 0
+    return seen
+
+
+def counting_tree(root: Path, *, consolidated: bool = True) -> tuple[Tree, CountingStore]:
+    store = CountingStore(str(root))
+    return Tree(store, ChunkCache(store, 2**20), consolidated=consolidated), store
+
+
+# -- parsing (pure) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"zarr_consolidated_format": 2, "metadata": {}}', "expected 1"),
+        (b'{"metadata": {}}', "zarr_consolidated_format is None"),
+        (b'{"zarr_consolidated_format": 1}', "'metadata' is not a JSON object"),
+        (b'{"zarr_consolidated_format": 1, "metadata": []}', "'metadata' is not a JSON object"),
+        (b'{"zarr_consolidated_format": 1, "metadata": {"a/.zarray": 3}}', "'a/.zarray'"),
+    ],
+)
+def test_invalid_consolidated_metadata(data: bytes, message: str) -> None:
+    with pytest.raises(MetadataError, match=message):
+        parse_consolidated(data)
+
+
+def test_children_and_unsafe_keys() -> None:
+    doc = {
+        "zarr_consolidated_format": 1,
+        "metadata": {
+            ".zgroup": {"zarr_format": 2},
+            "a/b/c/.zarray": ZARRAY,
+            "a/.zgroup": {"zarr_format": 2},
+            "../escape/.zarray": ZARRAY,
+            "x//y/.zarray": ZARRAY,
+            "a/b/c/0.0": {},  # not a metadata document
+        },
+    }
+    parsed = parse_consolidated(json.dumps(doc).encode())
+    assert parsed.children == {"": ("a",), "a": ("b",), "a/b": ("c",)}
+    assert sorted(parsed.documents) == [".zgroup", "a/.zgroup", "a/b/c/.zarray"]
+    assert parsed.read("a/b/c", (".zarray", ".zattrs")).keys() == {".zarray"}
+
+
+names = st.text(alphabet="abc", min_size=1, max_size=2)
+
+
+@given(st.lists(st.lists(names, min_size=1, max_size=4), max_size=20))
+def test_every_document_is_reachable_from_the_root(paths: list[list[str]]) -> None:
+    metadata = {"/".join([*p, ".zarray"]): ZARRAY for p in paths}
+    parsed = parse_consolidated(
+        json.dumps({"zarr_consolidated_format": 1, "metadata": metadata}).encode()
+    )
+    for p in paths:
+        for depth in range(len(p)):
+            assert p[depth] in parsed.children["/".join(p[:depth])]
+    listed = {f"{parent}/{c}".lstrip("/") for parent, cs in parsed.children.items() for c in cs}
+    assert listed == {"/".join(p[: d + 1]) for p in paths for d in range(len(p))}
+
+
+@pytest.mark.parametrize("zarr2_style", [True, False])
+def test_replace_entry_keeps_the_writers_style(zarr2_style: bool) -> None:
+    doc = {"zarr_consolidated_format": 1, "metadata": {"a/.zarray": ZARRAY, ".zgroup": {}}}
+    original = (
+        json.dumps(doc, indent=4, sort_keys=True) if zarr2_style else json.dumps(doc)
+    ).encode()
+    new = dict(ZARRAY, shape=[9])
+    updated = replace_entry(original, "a/.zarray", json.dumps(new).encode())
+    assert updated is not None
+    assert json.loads(updated) == {**doc, "metadata": {**doc["metadata"], "a/.zarray": new}}
+    assert updated.startswith(b"{\n") == zarr2_style
+    assert replace_entry(original, "b/.zarray", b"{}") is None
+
+
+# -- listing through the tree ---------------------------------------------------------
+
+
+def test_ten_thousand_arrays_are_listed_from_one_key(tmp_path: Path) -> None:
+    root = tmp_path / "big.zarr"
+    write_v2_hierarchy(root, groups=100, arrays=100)
+    tree, store = counting_tree(root)
+    seen = walk(tree, tree.root)
+    assert sum(p.endswith("/array.raw") for p in seen) == 10_000
+    assert store.gets == Counter({".zmetadata": 1}), "only .zmetadata may be read"
+    assert not store.lists, "consolidated listing must not list the store"
+
+
+def test_documents_of_a_zarr_python_store_are_shown_byte_for_byte(tmp_path: Path) -> None:
+    root = tmp_path / "zp.zarr"
+    group = zarr.open_group(str(root), mode="w", zarr_format=2, attributes={"title": "t"})
+    arr = group.create_array("sub/arr", shape=(6, 4), chunks=(3, 4), dtype="f4")
+    arr.attrs["units"] = "K\u00e9"
+    arr[:] = np.arange(24, dtype="f4").reshape(6, 4)
+    zarr.consolidate_metadata(str(root))
+    tree, store = counting_tree(root)
+    for key in (".zgroup", ".zattrs", "sub/.zgroup", "sub/arr/.zarray", "sub/arr/.zattrs"):
+        node = tree.resolve(key)
+        assert isinstance(node, FileNode)
+        shown = node.view.documents[node.view.name]  # type: ignore[attr-defined]
+        assert shown == (root / key).read_bytes(), key
+    assert store.gets == Counter({".zmetadata": 1})
+
+
+def test_zarr2_written_corpus_store_is_shown_byte_for_byte(corpus: Path) -> None:
+    root = corpus / "data" / "zarrita.js" / "data.zarr"
+    tree, store = counting_tree(root)
+    assert tree.consolidated is not None
+    checked = 0
+    for key in tree.consolidated.documents:
+        node = tree.resolve(key)
+        assert isinstance(node, FileNode)
+        assert node.view.documents[node.view.name] == (root / key).read_bytes(), key  # type: ignore[attr-defined]
+        checked += 1
+    assert checked > 10
+    assert store.gets[".zmetadata"] == 1
+
+
+def test_array_missing_from_zmetadata_needs_no_consolidated(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    write_v2_hierarchy(root, groups=1, arrays=2)
+    late = root / "g0" / "late"
+    late.mkdir()
+    (late / ".zarray").write_text(json.dumps(ZARRAY))
+    tree, _ = counting_tree(root)
+    assert sorted(tree.entries(tree.resolve("g0"))) == [".zgroup", "a0", "a1"]  # type: ignore[arg-type]
+    plain, store = counting_tree(root, consolidated=False)
+    assert "late" in plain.entries(plain.resolve("g0"))  # type: ignore[arg-type]
+    assert plain.consolidated is None and store.lists
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{broken", b'{"zarr_consolidated_format": 1, "metadata": {"a/.zarray": {}}}'],
+    ids=["invalid", "no-root-group"],
+)
+def test_unusable_zmetadata_falls_back_to_listing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
+) -> None:
+    root = tmp_path / "s.zarr"
+    write_v2_hierarchy(root, groups=1, arrays=1)
+    (root / ".zmetadata").write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        tree, _ = counting_tree(root)
+    assert tree.consolidated is None
+    assert [r for r in caplog.records if ".zmetadata" in r.getMessage()], caplog.text
+    assert "a0" in tree.entries(tree.resolve("g0"))  # type: ignore[arg-type]
+
+
+# -- through a mount --------------------------------------------------------------------
+
+
+def test_mount_lists_from_zmetadata_and_no_consolidated_lists_the_store(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    write_v2_hierarchy(root, groups=2, arrays=3)
+    (root / "g1" / "late").mkdir()
+    (root / "g1" / "late" / ".zarray").write_text(json.dumps(ZARRAY))
+    with mounted(root, "--read-only") as m:
+        listing = subprocess.run(
+            ["ls", "-R", str(m.path)], capture_output=True, text=True, check=True
+        ).stdout
+        assert "a2" in listing and "late" not in listing
+        assert sorted(os.listdir(m / "g1")) == [".zgroup", "a0", "a1", "a2"]
+    with mounted(root, "--read-only", "--no-consolidated") as m:
+        assert "late" in os.listdir(m / "g1")
+
+
+def test_resize_through_the_mount_rewrites_zmetadata(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    group = zarr.open_group(str(root), mode="w", zarr_format=2)
+    arr = group.create_array("t", shape=(2, 3), chunks=(2, 3), dtype="<i8", fill_value=0)
+    arr[:] = np.arange(6).reshape(2, 3)
+    zarr.consolidate_metadata(str(root))
+    before = json.loads((root / ".zmetadata").read_bytes())
+    extra = np.arange(100, 109, dtype="<i8").reshape(3, 3)
+    with mounted(root) as m:
+        with open(m / "t" / "array.raw", "ab") as f:
+            f.write(extra.tobytes())
+        shown = json.loads((m / ".zmetadata").read_bytes())
+        assert shown["metadata"]["t/.zarray"]["shape"] == [5, 3]
+        assert json.loads((m / "t" / ".zarray").read_bytes())["shape"] == [5, 3]
+    after = json.loads((root / ".zmetadata").read_bytes())
+    assert after["metadata"]["t/.zarray"]["shape"] == [5, 3]
+    # Nothing else in the consolidated document changed.
+    after["metadata"]["t/.zarray"]["shape"] = [2, 3]
+    assert after == before
+    reopened = zarr.open_consolidated(str(root), zarr_format=2)
+    expected = np.concatenate([np.arange(6).reshape(2, 3), extra])
+    np.testing.assert_array_equal(reopened["t"][:], expected)
+    np.testing.assert_array_equal(zarr.open_array(str(root / "t"))[:], expected)
