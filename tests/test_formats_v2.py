@@ -358,6 +358,35 @@ def test_unusable_array_dimensions_are_ignored(dims):
     assert meta.attrs == {"_ARRAY_DIMENSIONS": dims}
 
 
+@pytest.mark.parametrize(
+    ("zarray_extra", "zattrs", "expected"),
+    [
+        # netCDF-C 4.8.x: _NCZARR_ARRAY with dimrefs in .zarray
+        ({"_NCZARR_ARRAY": {"dimrefs": ["/time", "/grp/lat"]}}, None, ("time", "lat")),
+        # netCDF-C 4.9: _nczarr_array with dimrefs and storage
+        ({"_nczarr_array": {"dimrefs": ["/y", "/x"], "storage": "chunked"}}, None, ("y", "x")),
+        # later: "dimensions", written as JSON text
+        ({"_nczarr_array": '{"dimensions": ["/a/b", "/c"]}'}, None, ("b", "c")),
+        # NCZarr 3 puts it into .zattrs
+        ({}, {"_nczarr_array": {"dimensions": ["/r", "/s"]}}, ("r", "s")),
+        # xarray's attribute wins over NCZarr's
+        (
+            {"_nczarr_array": {"dimrefs": ["/y", "/x"]}},
+            {"_ARRAY_DIMENSIONS": ["p", "q"]},
+            ("p", "q"),
+        ),
+        # unusable: wrong rank, not strings, not JSON
+        ({"_nczarr_array": {"dimrefs": ["/y"]}}, None, None),
+        ({"_nczarr_array": {"dimrefs": [1, 2]}}, None, None),
+        ({"_nczarr_array": "{not json"}, None, None),
+    ],
+)
+def test_nczarr_dimension_names(zarray_extra, zattrs, expected):
+    doc = dict(zarray(shape=[4, 5], chunks=[2, 2]), **zarray_extra)
+    meta = parse_array("v", encode(doc), None if zattrs is None else json.dumps(zattrs).encode())
+    assert meta.dimension_names == expected
+
+
 def test_no_zattrs():
     meta = parse()
     assert meta.attrs == {}

@@ -100,6 +100,30 @@ def parse_array_document(
     )
 
 
+NCZARR_ARRAY_KEYS = ("_nczarr_array", "_NCZARR_ARRAY")
+
+
+def nczarr_dimensions(doc: dict[str, Any]) -> list[str] | None:
+    """NCZarr's dimension references ("/grp/lat") as names ("lat"), if present.
+
+    netCDF-C writes ``_nczarr_array`` (``_NCZARR_ARRAY`` before 4.8.1) holding
+    ``dimrefs`` (``dimensions`` in later versions), sometimes as JSON text.
+    """
+    for key in NCZARR_ARRAY_KEYS:
+        info = doc.get(key)
+        if isinstance(info, str):
+            try:
+                info = json.loads(info)
+            except ValueError:
+                continue
+        if not isinstance(info, dict):
+            continue
+        refs = info.get("dimrefs", info.get("dimensions"))
+        if isinstance(refs, list) and all(isinstance(r, str) for r in refs):
+            return [r.rstrip("/").rpartition("/")[2] for r in refs]
+    return None
+
+
 def parse_order(doc: dict[str, Any]) -> str:
     order = doc.get("order", "C")
     if order not in ("C", "F"):
@@ -127,16 +151,21 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
             "order": parse_order(doc),
             "codecs": CodecPipeline(compressor, filters),
             "separator": separator,
+            "nczarr": nczarr_dimensions(doc),
         }
 
     fields = parse_array_document(path, ARRAY_KEY, zarray, build)
     separator = fields.pop("separator")
+    nczarr = fields.pop("nczarr")
     shape = fields["shape"]
     attrs = parse_attrs(zattrs, path or "/")
-    dims = attrs.get("_ARRAY_DIMENSIONS")
     dimension_names = None
-    if isinstance(dims, list) and len(dims) == len(shape) and all(isinstance(d, str) for d in dims):
-        dimension_names = tuple(dims)
+    # xarray's attribute first, then NCZarr's (in .zarray, or in .zattrs for NCZarr 3)
+    for dims in (attrs.get("_ARRAY_DIMENSIONS"), nczarr, nczarr_dimensions(attrs)):
+        valid = isinstance(dims, list) and len(dims) == len(shape)
+        if valid and all(isinstance(d, str) for d in dims):
+            dimension_names = tuple(dims)
+            break
     return ArrayMeta(
         path=path,
         zarr_format=2,
