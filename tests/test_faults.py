@@ -217,7 +217,7 @@ def test_corrupt_chunk_is_one_log_line(fault_mount: Mounted) -> None:
 def test_unknown_codec(fault_store: tuple[Path, dict[str, bytes]], fault_mount: Mounted) -> None:
     store, references = fault_store
     directory = fault_mount / "faulty/nocodec"
-    assert os.listdir(directory) == [".zarray", ".zattrs", "array.npy", "array.raw"]
+    assert os.listdir(directory) == [".zarray", ".zattrs", "array.npy", "array.raw", "info"]
     assert (directory / ".zarray").read_bytes() == (store / "faulty/nocodec/.zarray").read_bytes()
     raw = directory / "array.raw"
     expected = references["faulty/nocodec"]

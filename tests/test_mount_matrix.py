@@ -621,7 +621,7 @@ def test_array_directory_listing(matrix: Matrix, path: str) -> None:
     names = os.listdir(matrix.mount / path)
     assert names == sorted(names), "directories list in sorted order"
     docs = [d for d in (".zarray", ".zattrs") if (matrix.store / path / d).is_file()]
-    files = [] if path in OBJECT_ARRAYS else ["array.npy", "array.raw"]
+    files = ["info"] if path in OBJECT_ARRAYS else ["array.npy", "array.raw", "info"]
     assert names == docs + files
     assert os.path.isdir(matrix.mount / path)
     for name in names:
@@ -647,7 +647,7 @@ def test_metadata_documents_byte_identical(plain_mount: Path, matrix: Matrix, pa
         assert shown.read_bytes() == stored.read_bytes(), f"{path}/{name}"
 
 
-@pytest.mark.parametrize("path", ARRAY_PATHS + ["", "ints", "floats/deep"])
+@pytest.mark.parametrize("path", [*ARRAY_PATHS, "", "ints", "floats/deep"])
 def test_consolidated_documents_match_the_store(matrix: Matrix, path: str) -> None:
     """Listed from .zmetadata, a document is its consolidated entry: equal as JSON.
 

@@ -111,6 +111,12 @@ def main() -> None:
     help="Seconds a chunk may stay dirty before it is stored.",
 )
 @click.option(
+    "--readahead",
+    default="1M",
+    show_default=True,
+    help="Kernel read-ahead of the mount (needs root; 0 keeps the kernel's).",
+)
+@click.option(
     "--no-consolidated",
     is_flag=True,
     help="List the store itself, ignoring consolidated metadata (.zmetadata).",
@@ -126,6 +132,7 @@ def mount(
     cache_size: str,
     write_cache_size: str,
     flush_interval: float,
+    readahead: str,
     no_consolidated: bool,
     log_level: str,
     log_file: str | None,
@@ -136,6 +143,7 @@ def mount(
     try:
         cache_bytes = parse_size(cache_size)
         write_cache_bytes = parse_size(write_cache_size)
+        readahead_bytes = parse_size(readahead)
     except ValueError as e:
         fail(str(e))
     if not flush_interval > 0:
@@ -146,6 +154,7 @@ def mount(
         write_cache_size=write_cache_bytes,
         flush_interval=flush_interval,
         consolidated=not no_consolidated,
+        readahead=readahead_bytes,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
     )
     check_mountpoint(mountpoint)

@@ -6,8 +6,10 @@ SIGTERM/SIGINT/SIGHUP (we call ``pyfuse3.terminate``), or an exception.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -34,6 +36,7 @@ class MountOptions:
     write_cache_size: int = 256 * 2**20
     flush_interval: float = 5.0
     consolidated: bool = True  # list the hierarchy from .zmetadata where present
+    readahead: int = 2**20  # the mount's kernel read-ahead; 0 leaves the default
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
 
@@ -90,9 +93,14 @@ def notify_systemd(message: str) -> None:
         log.warning("cannot notify systemd: %s", e)
 
 
-async def _run(ops: Operations) -> None:
+async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> None:
     writeback = ops.tree.writeback
     async with trio.open_nursery() as nursery:
+
+        async def raise_readahead(set_it: Callable[[], None]) -> None:
+            # The kernel lowers read-ahead to what INIT negotiated; raise it after.
+            await ops.initialised.wait()
+            await trio.to_thread.run_sync(set_it)
 
         async def watch_signals() -> None:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
@@ -108,6 +116,9 @@ async def _run(ops: Operations) -> None:
                 log.info("removed %d temporary files left by an earlier run", removed)
 
         nursery.start_soon(watch_signals)
+        if readahead is not None:
+            nursery.start_soon(raise_readahead, readahead)
+        ops.tree.cache.read_ahead = True
         if writeback is not None:
             nursery.start_soon(writeback.run_periodic)
             nursery.start_soon(cleanup)
@@ -136,6 +147,50 @@ async def _final_flush(ops: Operations) -> None:
         raise
 
 
+def mount_device(mountpoint: str, mountinfo: str) -> str | None:
+    """The "major:minor" of the newest mount on ``mountpoint`` in /proc/self/mountinfo."""
+    found = None
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            # mountinfo escapes space, tab, newline and backslash as octal
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            if point == mountpoint:
+                found = fields[2]
+    return found
+
+
+def set_readahead(mountpoint: str, nbytes: int) -> None:
+    """Raise the kernel's read-ahead for this mount: sequential reads then arrive in
+    requests of up to ``nbytes`` instead of 128 KiB, a fraction of the per-request cost.
+
+    Needs root (the bdi file is root's); otherwise say how to do it.
+    """
+    try:
+        with open("/proc/self/mountinfo") as f:
+            device = mount_device(mountpoint, f.read())
+    except OSError as e:
+        log.info("cannot read /proc/self/mountinfo: %s", e)
+        return
+    if device is None:
+        log.info("%s is not in /proc/self/mountinfo; read-ahead unchanged", mountpoint)
+        return
+    path = f"/sys/class/bdi/{device}/read_ahead_kb"
+    kb = max(nbytes // 1024, 4)
+    try:
+        with open(path, "w") as f:
+            f.write(str(kb))
+    except OSError as e:
+        log.info(
+            "read-ahead left at the kernel default (%s); to raise it: echo %d > %s",
+            e.strerror,
+            kb,
+            path,
+        )
+    else:
+        log.debug("read-ahead of %s set to %d KiB", mountpoint, kb)
+
+
 def serve(
     ops: Operations,
     mountpoint: str,
@@ -143,6 +198,7 @@ def serve(
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Mount, call ``on_ready``, serve until unmounted or signalled, then unmount."""
+    target = os.path.realpath(mountpoint)  # before mounting: after, a stat would hang
     pyfuse3.init(ops, mountpoint, fuse_options(options))
     try:
         log.info("mounted %s on %s", ops.tree.store.describe(), mountpoint)
@@ -150,7 +206,10 @@ def serve(
             on_ready()
         ops.mounted = True
         notify_systemd("READY=1")
-        trio.run(_run, ops)
+        readahead = None
+        if options.readahead:
+            readahead = functools.partial(set_readahead, target, options.readahead)
+        trio.run(_run, ops, readahead)
         notify_systemd("STOPPING=1")
     finally:
         pyfuse3.close(unmount=True)

@@ -22,6 +22,7 @@ from zarrfs.formats.detect import CANDIDATE_KEYS, detect
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
+from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView
 
@@ -178,6 +179,9 @@ class Tree:
         if node.state is not None:
             entries[RAW_NAME] = FileNode(RAW_NAME, RawView(node.state), node.mtime)
             entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(node.state), node.mtime)
+        assert isinstance(node.meta, ArrayMeta)
+        info = InfoView(node.meta, node.documents, node.state, self.store)
+        entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime)
         return entries
 
     def _group_entries(self, node: DirNode) -> dict[str, Node]:

@@ -19,14 +19,29 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+import trio
 
 from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.layout import Index, RangePlan, grid_shape, plan_range
-from zarrfs.errors import FileTooLargeError, InvalidArgumentError
+from zarrfs.core.layout import (
+    Index,
+    RangePlan,
+    contiguous_chunk_nbytes,
+    contiguous_runs,
+    grid_shape,
+    plan_range,
+)
+from zarrfs.errors import FileTooLargeError, InvalidArgumentError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
     from zarrfs.core.writeback import WriteBack
+
+
+# Sequential readers get the chunks ahead of them loaded in the background.
+READ_AHEAD = 8 * 2**20
+READ_AHEAD_CHUNKS = 4
+
+Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no copy
 
 
 @dataclass
@@ -62,6 +77,7 @@ class ArrayState:
         self.high_rows = self.stored_rows  # largest shape[0] since the last flush
         self.rewritten: set[Index] = set()  # stale chunks written again since the shrink
         self.npy_header_pending: bytearray | None = None  # array.npy after O_TRUNC
+        self._prefetched_to = 0  # read-ahead has asked for every chunk up to this byte
 
     # -- geometry ---------------------------------------------------------------------
 
@@ -109,17 +125,95 @@ class ArrayState:
             return flushing
         return await self.cache.get(meta, index)
 
-    async def read(self, offset: int, size: int) -> bytes:
+    async def read(self, offset: int, size: int) -> Buffer:
         from zarrfs.views.raw import read_array_bytes
 
-        stored = self.meta.nbytes
-        out = b""
+        meta = self.meta
+        stored = meta.nbytes
+        out: Buffer = b""
         if offset < stored:
-            out = await read_array_bytes(self, self.meta, offset, min(size, stored - offset))
+            length = min(size, stored - offset)
+            run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+            if run is not None:
+                out = await self._read_runs(run, offset, length)
+            else:
+                out = await read_array_bytes(self, meta, offset, length)
         if offset + size > stored and self.tail:
             start = max(offset - stored, 0)
-            out += bytes(self.tail[start : offset + size - stored])
+            out = bytes(out) + bytes(self.tail[start : offset + size - stored])
         return out
+
+    async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
+        """The fast path: chunks are runs of array.raw, served as slices of their bytes."""
+        runs = contiguous_runs(chunk_nbytes, offset, length)
+        trailing = (0,) * (len(self.meta.shape) - 1)
+        chunks = await self._get_many([(number, *trailing) for number, _, _ in runs])
+        pieces: list[Buffer] = []
+        fill = self.meta.fill_bytes
+        for (_, start, stop), chunk in zip(runs, chunks):
+            if chunk is None:
+                phase = start % len(fill)
+                count = -(-(stop - start + phase) // len(fill))
+                pieces.append((fill * count)[phase : phase + stop - start])
+                continue
+            part = memoryview(chunk.reshape(-1).view(np.uint8))[start:stop]
+            # Cached chunks are immutable; a dirty one may change after we return.
+            pieces.append(bytes(part) if chunk.flags.writeable else part)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def prefetch(self, offset: int) -> None:
+        """A reader is streaming from ``offset``: load the chunks ahead of it.
+
+        The window is a few chunks (at least READ_AHEAD bytes, at most a quarter of
+        the cache, so read-ahead cannot evict what it loaded before it is read).
+        """
+        meta = self.meta
+        end = min(offset + self._read_ahead_bytes(), meta.nbytes)
+        ahead = self._prefetched_to
+        start = ahead if offset <= ahead <= end else offset  # else: the reader jumped
+        if start >= end:
+            return
+        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+        if run is not None:
+            trailing = (0,) * (len(meta.shape) - 1)
+            for number, begin, _ in contiguous_runs(run, start, end - start):
+                if not self._prefetch_chunk((number, *trailing)):
+                    self._prefetched_to = number * run + begin
+                    return
+        else:
+            plan = plan_range(meta.shape, meta.chunks, meta.itemsize, start, end - start)
+            if not all([self._prefetch_chunk(index) for index in plan.chunks]):
+                return  # try the whole window again on the next read
+        self._prefetched_to = end
+
+    def _read_ahead_bytes(self) -> int:
+        wanted = max(READ_AHEAD, READ_AHEAD_CHUNKS * self.meta.chunk_nbytes)
+        return min(wanted, self.cache.max_bytes // 4)
+
+    def _prefetch_chunk(self, index: Index) -> bool:
+        if index in self.dirty or index in self.flushing or self._is_stale(index):
+            return True
+        return self.cache.prefetch(self.meta, index)
+
+    async def _get_many(self, indices: list[Index]) -> list[np.ndarray | None]:
+        """Chunks as reads see them, fetched concurrently; the first error is raised."""
+        if len(indices) == 1:
+            return [await self.get(self.meta, indices[0])]
+        results: list[np.ndarray | None] = [None] * len(indices)
+        errors: list[ZarrfsError] = []
+
+        async def fetch(position: int, index: Index) -> None:
+            try:
+                results[position] = await self.get(self.meta, index)
+            except ZarrfsError as e:
+                errors.append(e)
+
+        async with trio.open_nursery() as nursery:
+            for position, index in enumerate(indices):
+                nursery.start_soon(fetch, position, index)
+        if errors:
+            raise errors[0]
+        return results
 
     async def _materialise(self, index: Index) -> None:
         """Merge the stored chunk (or fill) under the elements not yet written."""

@@ -16,9 +16,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
+import outcome
 import trio
 
 from zarrfs.core.layout import Index
+from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.errors import ChunkError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
@@ -32,6 +34,9 @@ FAILURE_TTL = 30.0
 # A missing chunk is remembered too, at a nominal cost, so a sparse array is not
 # re-probed on every read.
 _MISSING_COST = 64
+
+# Read-ahead loads queued at once: enough to keep the workers busy between requests.
+MAX_READ_AHEAD_LOADS = 8
 
 ChunkKey = tuple[str, Index]
 _ABSENT = object()
@@ -52,56 +57,87 @@ class ChunkCache:
         self._bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
         self._failures: dict[ChunkKey, tuple[float, ChunkError]] = {}
-        self._limiter = trio.CapacityLimiter(threads or max(2, os.cpu_count() or 2))
+        self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-decode")
         self.loads = 0  # store reads + decodes performed; tests count them
+        self.read_ahead = False  # the mount turns it on; handler tests choose
+        self._prefetching = 0
+        self.prefetches = 0  # loads started by read-ahead; tests count them
 
     @property
     def nbytes(self) -> int:
         return self._bytes
 
-    async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None:
+    async def get(
+        self, meta: ArrayMeta, index: Index, *, priority: int = URGENT
+    ) -> np.ndarray | None:
         """The decoded chunk (read-only, chunk shape), or ``None`` if it is not stored."""
         key = (meta.path, index)
-        while True:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
-            failure = self._failures.get(key)
-            if failure is not None:
-                if time.monotonic() < failure[0]:
-                    raise failure[1]
-                del self._failures[key]
-            flight = self._flights.get(key)
-            if flight is None:
-                return await self._load_once(meta, index, key)
-            await flight.done.wait()
-            if flight.error is None:
-                return flight.value
-            if not isinstance(flight.error, trio.Cancelled):
-                raise flight.error
-            # the loading task was cancelled, not failed: try again ourselves
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        failure = self._failures.get(key)
+        if failure is not None:
+            if time.monotonic() < failure[0]:
+                raise failure[1]
+            del self._failures[key]
+        flight = self._flights.get(key) or self._start(meta, index, priority)
+        await flight.done.wait()
+        if flight.error is not None:
+            raise flight.error
+        return flight.value
 
-    async def _load_once(self, meta: ArrayMeta, index: Index, key: ChunkKey) -> np.ndarray | None:
+    def _start(self, meta: ArrayMeta, index: Index, priority: int) -> _Flight:
+        """Queue one load; it runs to its end even if nobody waits for it any more."""
+        key = (meta.path, index)
         flight = _Flight()
         self._flights[key] = flight
         self.loads += 1
-        try:
-            value = await trio.to_thread.run_sync(self._load, meta, index, limiter=self._limiter)
-            flight.value = value
-            self._insert(key, value)
-            return value
-        except ChunkError as e:
-            log.error("%s", e)
-            e.logged = True
-            self._failures[key] = (time.monotonic() + FAILURE_TTL, e)
-            flight.error = e
-            raise
-        except BaseException as e:
-            flight.error = e
-            raise
-        finally:
-            del self._flights[key]
+
+        def finish(result: outcome.Outcome) -> None:  # in the trio thread
+            if priority == BACKGROUND:
+                self._prefetching -= 1
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+                current = True
+            else:
+                current = False  # a write superseded the chunk while it loaded
+            try:
+                flight.value = result.unwrap()
+            except ChunkError as e:
+                log.error("%s", e)
+                e.logged = True
+                flight.error = e
+                if current:
+                    self._failures[key] = (time.monotonic() + FAILURE_TTL, e)
+            except Exception as e:
+                flight.error = e
+            else:
+                if current:
+                    self._insert(key, flight.value)
             flight.done.set()
+
+        self.pool.submit(self._load, meta, index, priority=priority, on_done=finish)
+        return flight
+
+    def has(self, path: str, index: Index) -> bool:
+        """Cached, being loaded, or known to fail: a read-ahead would add nothing."""
+        key = (path, index)
+        return key in self._entries or key in self._flights or key in self._failures
+
+    def prefetch(self, meta: ArrayMeta, index: Index) -> bool:
+        """Start loading a chunk in the background; False when there is no room now.
+
+        At most MAX_READ_AHEAD_LOADS are queued, and a reader's own requests go
+        before them. Loads start in the order asked, so the stream's next chunk first.
+        """
+        if not self.read_ahead or self._prefetching >= MAX_READ_AHEAD_LOADS:
+            return False
+        if self.has(meta.path, index):
+            return True
+        self._prefetching += 1
+        self.prefetches += 1
+        self._start(meta, index, BACKGROUND)
+        return True
 
     def _load(self, meta: ArrayMeta, index: Index) -> np.ndarray | None:
         """Worker thread: fetch and decode one chunk."""
@@ -135,6 +171,7 @@ class ChunkCache:
         """Drop one chunk (a write is about to supersede it)."""
         key = (path, index)
         self._failures.pop(key, None)
+        self._flights.pop(key, None)  # a load under way brings the old chunk: not cached
         old = self._entries.pop(key, _ABSENT)
         if old is not _ABSENT:
             self._bytes -= _MISSING_COST if old is None else old.nbytes
@@ -148,6 +185,8 @@ class ChunkCache:
         """Forget every cached chunk (and remembered failure) of the array at ``path``."""
         for key in [k for k in self._failures if k[0] == path]:
             del self._failures[key]
+        for key in [k for k in self._flights if k[0] == path]:
+            del self._flights[key]
         for key in [k for k in self._entries if k[0] == path]:
             old = self._entries.pop(key)
             self._bytes -= _MISSING_COST if old is None else old.nbytes

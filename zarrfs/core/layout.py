@@ -146,3 +146,30 @@ def _ravel(index: Index, shape: Index) -> int:
     for i, s in zip(index, shape):
         linear = linear * s + i
     return linear
+
+
+def contiguous_chunk_nbytes(shape: Index, chunks: Index, itemsize: int, order: str) -> int | None:
+    """Bytes of one chunk when chunks are runs of the C-order byte stream, else ``None``.
+
+    That is the case when a chunk spans every trailing axis (``chunks[1:] ==
+    shape[1:]``) and its elements are in C order (or it has one axis): chunk ``i``
+    is then bytes ``[i * n, (i + 1) * n)`` of ``array.raw``, and a read needs no
+    reshuffling at all.
+    """
+    if not shape or tuple(chunks[1:]) != tuple(shape[1:]):
+        return None
+    if order != "C" and len(shape) > 1:
+        return None
+    return math.prod(chunks) * itemsize
+
+
+def contiguous_runs(chunk_nbytes: int, offset: int, length: int) -> list[tuple[int, int, int]]:
+    """``[offset, offset + length)`` as (chunk number, start, stop) byte runs in chunks."""
+    runs = []
+    end = offset + length
+    while offset < end:
+        number, start = divmod(offset, chunk_nbytes)
+        stop = min(chunk_nbytes, start + end - offset)
+        runs.append((number, start, stop))
+        offset += stop - start
+    return runs

@@ -39,6 +39,7 @@ class Consolidated:
     def dumps(self, value: Any) -> bytes:
         return dump_document(value, self.indent, self.sort_keys)
 
+
 def dump_document(value: Any, indent: int | None, sort_keys: bool) -> bytes:
     return json.dumps(
         value, indent=indent, sort_keys=sort_keys, ensure_ascii=True, allow_nan=True

@@ -15,7 +15,7 @@ from typing import Any
 from zarrfs.core.layout import Index
 from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs import CodecPipeline
-from zarrfs.formats.model import ArrayMeta, join_key
+from zarrfs.formats.model import ArrayMeta, chunk_key_parser, join_key
 from zarrfs.formats.v2 import parse_array_document, parse_attrs, parse_order
 
 V0_META_KEY = "__zmeta__"
@@ -91,6 +91,9 @@ def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
         path=path,
         zarr_format=0,
         chunk_keys=_chunk_keys(join_key(path, V0_DATA_PREFIX), ".blosc", len(fields["shape"])),
+        chunk_index=chunk_key_parser(
+            join_key(path, V0_DATA_PREFIX), ["."], ".blosc", len(fields["shape"])
+        ),
         documents=(V0_META_KEY, V0_ATTRS_KEY) if zattr is not None else (V0_META_KEY,),
         attrs=parse_attrs(zattr, path or "/"),
         **fields,
@@ -110,6 +113,7 @@ def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
         path=path,
         zarr_format=1,
         chunk_keys=_chunk_keys(path, "", len(fields["shape"])),
+        chunk_index=chunk_key_parser(path, ["."], "", len(fields["shape"])),
         documents=(V1_META_KEY, V1_ATTRS_KEY) if attrs is not None else (V1_META_KEY,),
         attrs=parse_attrs(attrs, path or "/"),
         **fields,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ class ArrayMeta:
     attrs: dict[str, Any] = field(default_factory=dict)
     dimension_names: tuple[str | None, ...] | None = None
     unsupported: str | None = None
+    # store key → chunk index, the inverse of chunk_keys (None: not a chunk key)
+    chunk_index: Callable[[str], Index | None] = field(default=lambda key: None, repr=False)
 
     @property
     def itemsize(self) -> int:
@@ -73,6 +75,27 @@ class GroupMeta:
 
 
 NodeMeta = ArrayMeta | GroupMeta
+
+
+def chunk_key_parser(
+    prefix: str, separators: Sequence[str], suffix: str, ndim: int
+) -> Callable[[str], Index | None]:
+    """The inverse of a chunk-key encoding: "<prefix>/<i><sep><j><suffix>" → (i, j)."""
+    head = f"{prefix}/" if prefix else ""
+
+    def parse(key: str) -> Index | None:
+        if not key.startswith(head) or not key.endswith(suffix):
+            return None
+        body = key[len(head) : len(key) - len(suffix)]
+        if ndim == 0:
+            return () if body == "0" else None
+        for separator in separators:
+            parts = body.split(separator)
+            if len(parts) == ndim and all(p.isascii() and p.isdigit() for p in parts):
+                return tuple(int(p) for p in parts)
+        return None
+
+    return parse
 
 
 def join_key(path: str, name: str) -> str:

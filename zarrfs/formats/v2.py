@@ -17,7 +17,7 @@ from zarrfs.formats.dtypes import (
     parse_dtype,
     parse_shape,
 )
-from zarrfs.formats.model import ArrayMeta, GroupMeta, join_key
+from zarrfs.formats.model import ArrayMeta, GroupMeta, chunk_key_parser, join_key
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,9 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
         path=path,
         zarr_format=2,
         chunk_keys=v2_chunk_keys(path, separator, len(shape)),
+        chunk_index=chunk_key_parser(
+            path, [separator] if separator else [".", "/"], "", len(shape)
+        ),
         documents=(ARRAY_KEY, ATTRS_KEY) if zattrs is not None else (ARRAY_KEY,),
         attrs=attrs,
         dimension_names=dimension_names,

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # so the kernel may cache names and attributes for a while.
 ATTR_TIMEOUT = 60.0
 PID_XATTR = b"user.zarrfs.pid"
+STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -57,6 +58,7 @@ class OpenFile:
     node: FileNode
     inode: int
     wrote: bool = False
+    next_offset: int = -1  # where the reads so far ended: the next one is sequential
 
 
 def _invalidate(inode: int, attr_only: bool) -> None:
@@ -103,9 +105,15 @@ class Operations(pyfuse3.Operations):
         self.parents: dict[int, DirNode] = {}  # file inode → its array directory
         self.opened: set[int] = set()  # inodes opened for reading: the kernel may cache pages
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
+        # Set when the kernel's INIT has been answered: its settings are in force.
+        self.initialised = trio.Event()
         self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
         self._uid = os.getuid()
         self._gid = os.getgid()
+
+    def init(self) -> None:
+        # Called while answering INIT; waiters run after the reply has been sent.
+        self.initialised.set()
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -234,12 +242,25 @@ class Operations(pyfuse3.Operations):
             # keep the zeros it put past the old end of file where the array reads
             # fill value, in pages it holds locked while it waits for our reply.
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
+        if node.view.volatile:
+            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         self.opened.add(inode)
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
     @_boundary
-    async def read(self, fh: int, off: int, size: int) -> bytes:
-        return await self.files.get(fh).node.view.read(off, size)
+    async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:
+        handle = self.files.get(fh)
+        view = handle.node.view
+        # A read that continues the previous ones is part of a stream (dd, cat,
+        # np.load): load what follows in the background. The kernel's read-ahead
+        # sends requests concurrently, so they may arrive slightly out of order.
+        ahead = handle.next_offset
+        if ahead - STREAM_SLACK * size <= off <= ahead:
+            handle.next_offset = max(ahead, off + size)
+            view.prefetch(handle.next_offset)
+        else:
+            handle.next_offset = off + size
+        return await view.read(off, size)
 
     @_boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -293,8 +314,11 @@ class Operations(pyfuse3.Operations):
             return
         targets = []
         for sibling in self.tree.entries(parent).values():
-            if not isinstance(sibling, FileNode) or not sibling.view.writable:
+            if not isinstance(sibling, FileNode):
                 continue
+            view = sibling.view
+            if not (view.writable or (view.volatile and not data)):
+                continue  # metadata documents change at flush; info's size with the shape
             sibling_inode = self.inodes.inode_of(sibling)
             # A file never opened for reading has no pages in the kernel.
             if data and sibling_inode not in self.opened:

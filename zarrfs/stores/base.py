@@ -8,7 +8,12 @@ the FUSE loop run them in worker threads. Errors other than "missing" surface as
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+
+def join(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,20 @@ class Store(ABC):
 
     @abstractmethod
     def list_dir(self, prefix: str) -> Listing: ...
+
+    def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """Every key under ``prefix`` (recursively) with its size, keys relative to it.
+
+        Only for summaries (``info``); the generic version reads every value.
+        """
+        listing = self.list_dir(prefix)
+        for name in listing.keys:
+            value = self.get(join(prefix, name))
+            if value is not None:
+                yield name, len(value)
+        for sub in listing.prefixes:
+            for key, size in self.scan(join(prefix, sub)):
+                yield f"{sub}/{key}", size
 
     @abstractmethod
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Iterator
 
 from zarrfs.errors import StoreError
 from zarrfs.stores.base import Listing, Store
@@ -60,6 +61,30 @@ class DirectoryStore(Store):
                 return Listing((), ())
             raise StoreError(f"listing {prefix!r}: {e.strerror}", e.errno or errno.EIO) from e
         return Listing(tuple(sorted(keys)), tuple(sorted(prefixes)))
+
+    def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """One scandir per directory; our own temporary files are not keys."""
+        try:
+            top = self._path(prefix)
+        except StoreError:
+            return
+        stack = [("", top)]
+        while stack:
+            relative, directory = stack.pop()
+            try:
+                with os.scandir(directory) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            for entry in entries:
+                name = f"{relative}{entry.name}"
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((f"{name}/", entry.path))
+                    elif entry.is_file() and TEMP_MARKER not in entry.name:
+                        yield name, entry.stat().st_size
+                except OSError:
+                    continue
 
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         """Temporary file in the same directory, fsync, rename over, fsync the directory."""

@@ -18,6 +18,12 @@ class View(ABC):
 
     # Array views override these; every other file is read-only.
     writable = False
+    # Content made afresh on each read (never cached by the kernel), size from the
+    # array's shape: set by ``info``.
+    volatile = False
+
+    def prefetch(self, offset: int) -> None:  # noqa: B027 - only array views read ahead
+        """A reader streams sequentially and will soon ask for ``offset`` onwards."""
 
     async def write(self, offset: int, data: bytes) -> int:
         raise AccessDeniedError("metadata documents are read-only")

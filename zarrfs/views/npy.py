@@ -7,7 +7,7 @@ import io
 import numpy as np
 from numpy.lib import format as npy_format
 
-from zarrfs.core.arrays import ArrayState
+from zarrfs.core.arrays import ArrayState, Buffer
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
 
 try:  # numpy >= 2 keeps the implementation in a private module
@@ -93,7 +93,7 @@ class NpyView(View):
             return len(self.state.npy_header_pending)
         return len(self.header) + self.state.size
 
-    async def read(self, offset: int, size: int) -> bytes:
+    async def read(self, offset: int, size: int) -> Buffer:
         pending = self.state.npy_header_pending
         if pending is not None:
             return bytes(pending[offset : offset + size])
@@ -106,7 +106,11 @@ class NpyView(View):
         if end <= hlen:
             return head
         tail = await self.state.read(max(offset - hlen, 0), end - max(offset, hlen))
-        return head + tail
+        return head + tail if head else tail
+
+    def prefetch(self, offset: int) -> None:
+        if self.state.npy_header_pending is None:
+            self.state.prefetch(max(offset - len(self.header), 0))
 
     async def write(self, offset: int, data: bytes) -> int:
         state = self.state

@@ -8,7 +8,7 @@ from typing import Protocol
 import numpy as np
 import trio
 
-from zarrfs.core.arrays import ArrayState
+from zarrfs.core.arrays import ArrayState, Buffer
 from zarrfs.core.layout import Index, plan_range
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats.model import ArrayMeta
@@ -73,8 +73,11 @@ class RawView(View):
     def size(self) -> int:
         return self.state.size
 
-    async def read(self, offset: int, size: int) -> bytes:
+    async def read(self, offset: int, size: int) -> Buffer:
         return await self.state.read(offset, size)
+
+    def prefetch(self, offset: int) -> None:
+        self.state.prefetch(offset)
 
     async def write(self, offset: int, data: bytes) -> int:
         return await self.state.write(offset, data)

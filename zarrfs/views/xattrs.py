@@ -19,7 +19,7 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=True).encode()
 
 
-def _fill_text(meta: ArrayMeta) -> str:
+def fill_text(meta: ArrayMeta) -> str:
     if meta.fill_value is None:
         return "null"
     value = np.frombuffer(meta.fill_value, dtype=meta.dtype)[0]
@@ -33,7 +33,7 @@ def array_xattrs(meta: ArrayMeta) -> dict[str, bytes]:
         "dtype": _json(meta.dtype.descr if meta.dtype.fields else meta.dtype.str),
         "chunks": _json(list(meta.chunks)),
         "order": meta.order.encode(),
-        "fill_value": _fill_text(meta).encode(),
+        "fill_value": fill_text(meta).encode(),
         "compressor": _json(codecs.compressor_config),
         "filters": _json(codecs.filter_configs or None),
         "format": str(meta.zarr_format).encode(),

@@ -1,0 +1,305 @@
+"""The read path's speed-ups stay correct: contiguous chunks, read-ahead, the worker pool."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.mounting import mounted
+from tests.stores import CountingStore
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.layout import contiguous_chunk_nbytes, contiguous_runs
+from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
+from zarrfs.core.writeback import WriteBack
+from zarrfs.formats.v2 import parse_array
+from zarrfs.fuse.operations import OpenFile, Operations
+from zarrfs.mount import mount_device
+from zarrfs.tree import FileNode, Tree
+
+# -- pure layout ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "order", "expected"),
+    [
+        ((100,), (10,), "C", 40),
+        ((100,), (10,), "F", 40),  # one axis: F is C
+        ((100, 8), (10, 8), "C", 320),
+        ((100, 8), (10, 8), "F", None),  # F order inside a chunk: not a run
+        ((100, 8), (10, 4), "C", None),  # chunk does not span the row
+        ((5, 6, 7), (2, 6, 7), "C", 2 * 6 * 7 * 4),
+        ((5, 6, 7), (2, 6, 3), "C", None),
+        ((), (), "C", None),  # 0-d arrays take the general path
+    ],
+)
+def test_contiguous_chunk_nbytes(shape, chunks, order, expected) -> None:
+    assert contiguous_chunk_nbytes(shape, chunks, 4, order) == expected
+
+
+@given(st.integers(1, 64), st.integers(0, 10_000), st.integers(0, 2_000))
+def test_contiguous_runs_tile_the_range(chunk: int, offset: int, length: int) -> None:
+    runs = contiguous_runs(chunk, offset, length)
+    position = offset
+    for number, start, stop in runs:
+        assert 0 <= start < stop <= chunk
+        assert number * chunk + start == position  # in order, no gap, no overlap
+        position += stop - start
+    assert position == offset + length
+
+
+def test_mount_device_from_mountinfo() -> None:
+    info = (
+        "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+        "40 22 0:41 / /mnt/my\\040data rw - fuse.zarrfs zarrfs rw\n"
+        "41 22 0:45 / /mnt/z rw - fuse.zarrfs zarrfs rw\n"
+        "42 22 0:47 / /mnt/z rw - fuse.zarrfs zarrfs rw\n"  # mounted over: the newest
+    )
+    assert mount_device("/mnt/my data", info) == "0:41"
+    assert mount_device("/mnt/z", info) == "0:47"
+    assert mount_device("/mnt/other", info) is None
+
+
+# -- the worker pool --------------------------------------------------------------------
+
+
+def test_urgent_jobs_overtake_queued_background_jobs() -> None:
+    pool = WorkerPool(1, "test-pool")
+    release = threading.Event()
+    ran: list[str] = []
+
+    def job(name: str) -> str:
+        if name == "first":
+            release.wait(10)
+        ran.append(name)
+        return name
+
+    async def main() -> list[str]:
+        results: list[str] = []
+        async with trio.open_nursery() as nursery:
+
+            async def run(name: str, priority: int) -> None:
+                results.append(await pool.run(job, name, priority=priority))
+
+            nursery.start_soon(run, "first", URGENT)
+            await trio.sleep(0.05)  # the only worker is now busy with "first"
+            nursery.start_soon(run, "background", BACKGROUND)
+            await trio.sleep(0.05)
+            nursery.start_soon(run, "urgent", URGENT)
+            await trio.sleep(0.05)
+            release.set()
+        return results
+
+    results = trio.run(main)
+    assert ran == ["first", "urgent", "background"]
+    assert sorted(results) == sorted(ran)
+
+
+def test_pool_delivers_exceptions() -> None:
+    pool = WorkerPool(2, "test-pool")
+
+    def fail() -> None:
+        raise ValueError("boom")
+
+    async def main() -> None:
+        with pytest.raises(ValueError, match="boom"):
+            await pool.run(fail)
+
+    trio.run(main)
+
+
+# -- read-ahead through the handlers ----------------------------------------------------
+
+ROWS, COLUMNS, CHUNK_ROWS = 64, 256, 4  # 16 chunks of 4 KiB
+
+
+def write_store(root: Path) -> np.ndarray:
+    data = np.arange(ROWS * COLUMNS, dtype="<f4").reshape(ROWS, COLUMNS)
+    z = zarr.create_array(
+        store=str(root),
+        shape=data.shape,
+        chunks=(CHUNK_ROWS, COLUMNS),
+        dtype="<f4",
+        zarr_format=2,
+        compressors=[{"id": "zlib", "level": 1}],
+    )
+    z[...] = data
+    return data
+
+
+def make_ops(root: Path) -> tuple[Operations, ChunkCache]:
+    store = CountingStore(str(root))
+    cache = ChunkCache(store, 1 << 24)
+    cache.read_ahead = True
+    writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
+    tree = Tree(store, cache, writeback)
+    return Operations(tree, read_only=False), cache
+
+
+def open_raw(ops: Operations) -> int:
+    node = ops.tree.resolve("array.raw")
+    assert isinstance(node, FileNode)
+    return ops.files.add(OpenFile(node, 99))
+
+
+async def settle(cache: ChunkCache) -> None:
+    """Wait until no load is under way (read-ahead runs on after a read returns)."""
+    for _ in range(500):
+        if not cache._flights and not cache._prefetching:
+            return
+        await trio.sleep(0.01)
+    raise AssertionError("loads did not finish")
+
+
+def test_sequential_reads_load_ahead_each_chunk_once(tmp_path: Path) -> None:
+    data = write_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    request = 4096  # one chunk per request: read-ahead must run ahead of the reader
+
+    async def main() -> bytes:
+        out = b""
+        for offset in range(0, data.nbytes, request):
+            out += bytes(await ops.read(fh, offset, request))
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == data.tobytes()
+    assert cache.prefetches > 0, "a sequential reader got no read-ahead"
+    assert cache.loads == ROWS // CHUNK_ROWS, "every chunk is loaded exactly once"
+    assert not [k for k, n in ops.tree.store.gets.items() if n > 1 and k[0].isdigit()]
+
+
+def test_random_reads_do_not_load_ahead(tmp_path: Path) -> None:
+    write_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+
+    async def main() -> None:
+        for offset in (40960, 4096, 61440, 0, 20480):
+            await ops.read(fh, offset, 4096)
+        await settle(cache)
+
+    trio.run(main)
+    assert cache.prefetches == 0
+    assert cache.loads == 5
+
+
+def test_cached_and_prefetched_chunks_are_current_after_a_write(tmp_path: Path) -> None:
+    data = write_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    expected = bytearray(data.tobytes())
+
+    async def main() -> None:
+        # Read the first chunks sequentially: they are cached, the next ones prefetched.
+        for offset in range(0, 3 * 4096, 4096):
+            await ops.read(fh, offset, 4096)
+        await settle(cache)
+        assert cache.prefetches > 0
+        # Overwrite a cached chunk in part and a prefetched one whole, then read both.
+        for offset, length in ((1000, 300), (5 * 4096, 4096)):
+            new = bytes(range(256)) * (length // 256) + bytes(length % 256)
+            await ops.write(fh, offset, new)
+            expected[offset : offset + length] = new
+        assert bytes(await ops.read(fh, 0, len(expected))) == bytes(expected)
+        # Stored and read back through the cache again: still the new bytes.
+        await ops.fsync(fh, False)
+        assert bytes(await ops.read(fh, 0, len(expected))) == bytes(expected)
+
+    trio.run(main)
+    np.testing.assert_array_equal(
+        zarr.open_array(str(tmp_path))[...],
+        np.frombuffer(bytes(expected), dtype="<f4").reshape(ROWS, COLUMNS),
+    )
+
+
+def test_a_load_overtaken_by_a_write_is_not_cached(tmp_path: Path) -> None:
+    """A chunk written (and stored) while its read-ahead load runs: the load's old
+    bytes must not land in the cache afterwards."""
+    data = write_store(tmp_path)
+    store = CountingStore(str(tmp_path))
+    cache = ChunkCache(store, 1 << 24)
+    cache.read_ahead = True
+    writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
+    zarray = (tmp_path / ".zarray").read_bytes()
+    state = ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache, writeback)
+    gate = threading.Event()
+    load = cache._load
+
+    def slow_load(meta, index):
+        old = load(meta, index)  # read from the store before the write...
+        gate.wait(10)  # ...and delivered after it was stored
+        return old
+
+    cache._load = slow_load  # type: ignore[method-assign]
+    chunk = 4 * COLUMNS * 4
+    new = np.full(4 * COLUMNS, 7.5, dtype="<f4").tobytes()
+
+    async def main() -> bytes:
+        assert cache.prefetch(state.meta, (2, 0))
+        await trio.sleep(0.1)  # the load has read the old chunk and waits at the gate
+        await state.write(2 * chunk, new)  # the whole chunk: no read needed
+        await writeback.flush_array(state)
+        gate.set()
+        await settle(cache)
+        return bytes(await state.read(2 * chunk, chunk))
+
+    assert trio.run(main) == new
+    assert np.asarray(cache._entries[("", (2, 0))]).tobytes() == new
+    assert np.frombuffer(new, dtype="<f4")[0] != data[8, 0]
+
+
+# -- through a mount --------------------------------------------------------------------
+
+
+def bdi_read_ahead(mountpoint: Path) -> int:
+    dev = os.stat(mountpoint).st_dev
+    path = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+    with open(path) as f:
+        return int(f.read())
+
+
+@pytest.mark.parametrize(("option", "expected"), [((), 1024), (("--readahead", "256K"), 256)])
+def test_mount_raises_read_ahead(tmp_path: Path, option: tuple[str, ...], expected: int) -> None:
+    write_store(tmp_path / "s.zarr")
+    with mounted(tmp_path / "s.zarr", "--read-only", *option) as m:
+        assert (m / "array.raw").stat().st_size == ROWS * COLUMNS * 4  # INIT is answered
+        if os.geteuid() != 0:  # the bdi file is root's: the log says what to run
+            for _ in range(100):
+                if f"echo {expected} >" in m.log():
+                    return
+                trio.run(trio.sleep, 0.02)
+            raise AssertionError(m.log())
+        for _ in range(100):
+            if bdi_read_ahead(m.path) == expected:
+                break
+            trio.run(trio.sleep, 0.02)
+        assert bdi_read_ahead(m.path) == expected
+
+
+def test_streamed_reads_through_a_mount_see_writes(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    data = write_store(root)
+    with mounted(root) as m:
+        raw = m / "array.raw"
+        assert raw.read_bytes() == data.tobytes()  # cached, and read ahead
+        mapped = np.load(m / "array.npy", mmap_mode="r")
+        assert float(mapped.sum()) == float(data.sum())
+        patch = np.full((8, COLUMNS), -1.0, dtype="<f4")
+        with open(raw, "r+b") as f:
+            f.seek(10 * COLUMNS * 4)
+            f.write(patch.tobytes())
+            os.fsync(f.fileno())
+        data[10:18] = patch
+        assert raw.read_bytes() == data.tobytes()
+        assert float(np.asarray(mapped).sum()) == float(data.sum())
+        del mapped
