@@ -232,3 +232,9 @@ class Tree:
 
     def loaded(self, node: DirNode) -> bool:
         return node.entries is not None
+
+    def needs_io(self, node: DirNode) -> bool:
+        """Whether listing ``node`` reads the store (else it is quick enough to do inline)."""
+        if node.entries is not None or isinstance(node.meta, ArrayMeta):
+            return False
+        return self.consolidated is None

@@ -77,6 +77,11 @@ class GroupMeta:
 NodeMeta = ArrayMeta | GroupMeta
 
 
+def _is_index(text: str) -> bool:
+    """A chunk index as writers format it: ASCII digits, no leading zero ("01" is no key)."""
+    return text.isascii() and text.isdigit() and (text == "0" or text[0] != "0")
+
+
 def chunk_key_parser(
     prefix: str, separators: Sequence[str], suffix: str, ndim: int
 ) -> Callable[[str], Index | None]:
@@ -91,7 +96,7 @@ def chunk_key_parser(
             return () if body == "0" else None
         for separator in separators:
             parts = body.split(separator)
-            if len(parts) == ndim and all(p.isascii() and p.isdigit() for p in parts):
+            if len(parts) == ndim and all(_is_index(p) for p in parts):
                 return tuple(int(p) for p in parts)
         return None
 

@@ -118,7 +118,8 @@ class Operations(pyfuse3.Operations):
     # -- helpers ----------------------------------------------------------------------
 
     async def _entries(self, node: DirNode) -> dict[str, Node]:
-        if self.tree.loaded(node):
+        # A thread hop costs more than building entries that need no store I/O.
+        if not self.tree.needs_io(node):
             return self.tree.entries(node)
         return await trio.to_thread.run_sync(self.tree.entries, node)
 

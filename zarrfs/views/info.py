@@ -108,6 +108,8 @@ class InfoView(View):
         self._array = state
         self._store = store
         self._text = b""
+        self._size_for: ArrayMeta | None = None
+        self._size = 0
 
     @property
     def meta(self) -> ArrayMeta:
@@ -115,7 +117,11 @@ class InfoView(View):
 
     @property
     def size(self) -> int:
-        return len(info_text(self.meta, None, 0).encode())
+        meta = self.meta  # a resize makes a new ArrayMeta
+        if self._size_for is not meta:
+            self._size = len(info_text(meta, None, 0).encode())
+            self._size_for = meta
+        return self._size
 
     def _render(self, meta: ArrayMeta, documents: int, dirty: int) -> bytes:
         """Worker thread: list the array's keys and summarise them."""

@@ -1,0 +1,576 @@
+"""The ``info`` file: chunk-key parsing, fixed-width summaries, no chunk reads, a real mount."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.mounting import mounted
+from tests.stores import CountingStore
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.layout import Index
+from zarrfs.core.writeback import WriteBack
+from zarrfs.formats.model import ArrayMeta, chunk_key_parser
+from zarrfs.formats.v2 import parse_array
+from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
+from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.views.info import INFO_NAME, Stored, info_text, summarise
+
+# Every metadata document name of every layout: the only keys listing may read.
+METADATA_NAMES = {
+    ".zarray",
+    ".zattrs",
+    ".zgroup",
+    ".zmetadata",
+    "meta",
+    "attrs",
+    "__zmeta__",
+    "__zattr__",
+}
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def zarray(shape: list[int], chunks: list[int], dtype: Any = "<i4", **extra: Any) -> dict:
+    return {
+        "zarr_format": 2,
+        "shape": shape,
+        "chunks": chunks,
+        "dtype": dtype,
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+        **extra,
+    }
+
+
+def meta_of(path: str, doc: dict, attrs: dict | None = None) -> ArrayMeta:
+    return parse_array(
+        path, json.dumps(doc).encode(), json.dumps(attrs).encode() if attrs is not None else None
+    )
+
+
+def write_json(path: Path, doc: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def field(text: str, name: str) -> str:
+    """The value of one ``Name : value`` line of an info text."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.strip() == name:
+            return value.strip()
+    raise AssertionError(f"no {name!r} line in:\n{text}")
+
+
+def initialized(text: str) -> tuple[int, int]:
+    done, total = field(text, "Chunks initialized").split("/")
+    return int(done), int(total)
+
+
+def bytes_stored(text: str) -> int:
+    return int(field(text, "No. bytes stored").split()[0])
+
+
+class ScanCountingStore(CountingStore):
+    """Also counts recursive listings (``scan``) per prefix."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.scans: Counter[str] = Counter()
+
+    def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
+        self.scans[prefix] += 1
+        return super().scan(prefix)
+
+
+def make_tree(root: Path, *, writeback: bool = False) -> Tree:
+    store = ScanCountingStore(str(root))
+    cache = ChunkCache(store, 2**20)
+    wb = WriteBack(store, cache, budget=1 << 30, interval=60) if writeback else None
+    return Tree(store, cache, wb)
+
+
+def assert_no_chunk_read(store: CountingStore) -> None:
+    chunks = [k for k in store.gets if k.rpartition("/")[2] not in METADATA_NAMES]
+    assert not chunks, f"chunk keys were read: {chunks}"
+
+
+# -- chunk_key_parser -----------------------------------------------------------------
+
+DOT, SLASH, BOTH = ["."], ["/"], [".", "/"]
+PARSE_CASES = [
+    # (id, prefix, separators, suffix, ndim, key, expected)
+    ("v2-dot", "a", DOT, "", 2, "a/1.2", (1, 2)),
+    ("v2-dot-big", "g/a", DOT, "", 3, "g/a/10.0.123", (10, 0, 123)),
+    ("v2-dot-root", "", DOT, "", 2, "3.4", (3, 4)),
+    ("v2-dot-1d", "a", DOT, "", 1, "a/7", (7,)),
+    ("v2-dot-refuses-slash", "a", DOT, "", 2, "a/1/2", None),
+    ("v2-slash", "a", SLASH, "", 2, "a/1/2", (1, 2)),
+    ("v2-slash-3d", "a", SLASH, "", 3, "a/0/5/6", (0, 5, 6)),
+    ("v2-slash-root", "", SLASH, "", 2, "1/2", (1, 2)),
+    ("v2-slash-refuses-dot", "a", SLASH, "", 2, "a/1.2", None),
+    ("unknown-dot", "a", BOTH, "", 2, "a/1.2", (1, 2)),
+    ("unknown-slash", "a", BOTH, "", 2, "a/1/2", (1, 2)),
+    ("unknown-1d", "a", BOTH, "", 1, "a/4", (4,)),
+    ("unknown-mixed", "a", BOTH, "", 3, "a/1.2/3", None),
+    ("unknown-1d-nested", "a", BOTH, "", 1, "a/1/0", None),
+    ("pre-v1", "a/__zdata__", DOT, ".blosc", 2, "a/__zdata__/3.4.blosc", (3, 4)),
+    ("pre-v1-root", "__zdata__", DOT, ".blosc", 2, "__zdata__/0.11.blosc", (0, 11)),
+    ("pre-v1-no-suffix", "a/__zdata__", DOT, ".blosc", 2, "a/__zdata__/3.4", None),
+    ("pre-v1-outside-zdata", "a/__zdata__", DOT, ".blosc", 2, "a/3.4.blosc", None),
+    ("pre-v1-meta", "a/__zdata__", DOT, ".blosc", 2, "a/__zmeta__", None),
+    ("v1", "a", DOT, "", 2, "a/2.1", (2, 1)),
+    ("v1-meta", "a", DOT, "", 2, "a/meta", None),
+    ("v1-attrs", "a", DOT, "", 2, "a/attrs", None),
+    ("0d", "a", DOT, "", 0, "a/0", ()),
+    ("0d-root", "", BOTH, "", 0, "0", ()),
+    ("0d-pre-v1", "__zdata__", DOT, ".blosc", 0, "__zdata__/0.blosc", ()),
+    ("0d-not-1", "a", DOT, "", 0, "a/1", None),
+    ("0d-not-0.0", "a", DOT, "", 0, "a/0.0", None),
+    ("zarray", "a", BOTH, "", 2, "a/.zarray", None),
+    ("zarray-root", "", BOTH, "", 2, ".zarray", None),
+    ("zattrs-1d", "", BOTH, "", 1, ".zattrs", None),
+    ("letter", "a", BOTH, "", 2, "a/1.x", None),
+    ("too-many", "a", BOTH, "", 2, "a/1.2.3", None),
+    ("too-few", "a", BOTH, "", 2, "a/1", None),
+    ("negative", "a", BOTH, "", 2, "a/-1.0", None),
+    ("plus", "a", BOTH, "", 2, "a/+1.0", None),
+    ("space", "a", BOTH, "", 2, "a/ 1.0", None),
+    ("empty-part", "a", BOTH, "", 2, "a/1.", None),
+    ("empty", "a", BOTH, "", 2, "a/", None),
+    ("arabic-indic", "a", BOTH, "", 2, "a/\u0661.\u0662", None),
+    ("superscript", "a", BOTH, "", 2, "a/1.\u00b2", None),
+    ("fullwidth", "a", BOTH, "", 1, "a/\uff11", None),
+    ("other-array", "a", BOTH, "", 2, "b/1.2", None),
+    ("prefix-of-name", "a", BOTH, "", 2, "ab/1.2", None),
+    ("nested-array", "a", BOTH, "", 2, "a/b/1.2", None),
+    ("temporary", "a", BOTH, "", 2, f"a/.1.2{TEMP_MARKER}0a1b2c3d", None),
+    # Writers form chunk keys with str(int): "01" names no chunk, and zarrfs reads
+    # chunk (1, 2) from "a/1.2" only.
+    ("leading-zero", "a", BOTH, "", 2, "a/01.2", None),
+]
+
+
+@pytest.mark.parametrize(
+    "prefix,separators,suffix,ndim,key,expected",
+    [case[1:] for case in PARSE_CASES],
+    ids=[case[0] for case in PARSE_CASES],
+)
+def test_chunk_key_parser(
+    prefix: str, separators: list[str], suffix: str, ndim: int, key: str, expected: Index | None
+) -> None:
+    assert chunk_key_parser(prefix, separators, suffix, ndim)(key) == expected
+
+
+@pytest.mark.parametrize(
+    "separator,ndim", [(None, 2), (".", 2), ("/", 2), (None, 1), ("/", 3), (None, 0)]
+)
+def test_chunk_index_inverts_chunk_keys(separator: str | None, ndim: int) -> None:
+    extra = {"dimension_separator": separator} if separator else {}
+    meta = meta_of("g/a", zarray([7] * ndim, [2] * ndim, **extra))
+    for index in np.ndindex(*(4,) * ndim):
+        for key in meta.chunk_keys(index):
+            assert meta.chunk_index(key) == index, key
+
+
+# -- info_text: a width fixed by the metadata -----------------------------------------
+
+METAS = [
+    meta_of("", zarray([], [])),
+    meta_of("scalar", zarray([], [], "<f8", fill_value="NaN")),
+    meta_of("empty", zarray([0], [5])),
+    meta_of("g/zero_axis", zarray([0, 7], [3, 2], "|u1")),
+    meta_of("one", zarray([1], [1], "|b1", fill_value=False)),
+    meta_of("a", zarray([10], [3])),
+    meta_of("grid", zarray([10, 12], [3, 5], dimension_separator="/"), {"_ARRAY_DIMENSIONS": "yx"}),
+    meta_of("dims", zarray([10, 12], [3, 5]), {"_ARRAY_DIMENSIONS": ["y", "x"]}),
+    meta_of("big", zarray([10**6, 10**6], [1, 1], "<c16")),
+    meta_of("huge", zarray([2**40, 2**19], [1000, 7], "<u8")),
+    meta_of("ten", zarray([99, 10], [10, 1], ">i2", compressor={"id": "zlib", "level": 1})),
+    meta_of("rec", zarray([5, 5], [2, 2], [["x", "<i4"], ["y", "<f4"]], fill_value=None)),
+    meta_of("unicode/温度", zarray([3, 4], [3, 4], "<U3", fill_value="")),
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), meta=st.sampled_from(METAS))
+def test_info_length_depends_on_the_metadata_only(data: st.DataObject, meta: ArrayMeta) -> None:
+    chunks = data.draw(st.integers(0, meta.n_chunks), label="chunks")
+    dirty = data.draw(st.integers(0, meta.n_chunks), label="dirty")
+    nbytes = data.draw(
+        st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 1023, 1024, 2**64 - 1])),
+        label="nbytes",
+    )
+    empty = info_text(meta, None, 0)
+    text = info_text(meta, Stored(chunks, nbytes), dirty)
+    assert len(text) == len(empty)
+    assert len(text.encode()) == len(empty.encode())
+    assert text.splitlines()[0] == empty.splitlines()[0]  # the name line
+    assert initialized(text) == (chunks, meta.n_chunks)
+    assert bytes_stored(text) == nbytes
+    assert int(field(text, "Chunks not stored")) == dirty
+
+
+def test_info_text_contents() -> None:
+    meta = METAS[7]  # "dims": (10, 12) in (3, 5) chunks, int32
+    text = info_text(meta, Stored(5, 350), 2)
+    assert field(text, "Name") == "/dims"
+    assert field(text, "Zarr format") == "2"
+    assert field(text, "Shape") == "(10, 12)"
+    assert field(text, "Chunk shape") == "(3, 5)"
+    assert "int32" in field(text, "Data type")
+    assert field(text, "Order") == "C"
+    assert field(text, "Fill value") == "0"
+    assert field(text, "Dimension names") == "y, x"
+    assert field(text, "No. bytes").startswith("480 ")
+    assert bytes_stored(text) == 350
+    assert initialized(text) == (5, 12)
+    assert int(field(text, "Chunks not stored")) == 2
+    assert float(field(text, "Storage ratio")) == pytest.approx(480 / 350, rel=1e-2)
+
+
+# -- summarise ------------------------------------------------------------------------
+
+
+def test_summarise_counts_in_grid_chunks_once() -> None:
+    meta = METAS[7]  # path "dims", grid (4, 3), no separator recorded: "." and "/"
+    keys = [
+        ("dims/0.0", 10),
+        ("dims/0/0", 11),  # chunk (0, 0) again, in the other separator
+        ("dims/0.0", 10),  # and the same key twice
+        ("dims/3.2", 5),  # the last chunk of the grid
+        ("dims/4.0", 100),  # out of the grid (a shrunk array's leftover)
+        ("dims/0.3", 100),
+        ("dims/.zarray", 50),  # metadata, counted through ``documents``
+        ("dims/.zattrs", 30),
+        (f"dims/.1.1{TEMP_MARKER}0a1b2c3d", 9),
+        ("dims/1.x", 7),
+        ("dims/1.2.3", 7),
+        ("dims/-1.0", 7),
+        ("dims/\u0661.\u0662", 7),
+        ("other/1.1", 3),
+        ("dims/sub/1.1", 3),
+    ]
+    assert summarise(meta, keys, documents=80) == Stored(2, 80 + 10 + 5)
+
+
+def test_summarise_edge_shapes() -> None:
+    scalar, zero_axis = METAS[1], METAS[3]
+    assert summarise(scalar, [("scalar/0", 8), ("scalar/0.0", 8)], 4) == Stored(1, 12)
+    assert summarise(zero_axis, [("g/zero_axis/0.0", 6)], 4) == Stored(0, 4)
+    assert summarise(METAS[5], [], 0) == Stored(0, 0)
+
+
+# -- handler level: Tree over a counting store ----------------------------------------
+
+
+def chunked_store(root: Path, chunks: list[str]) -> int:
+    """A group with one v2 array "arr" (10, 12) in (3, 5) chunks; returns its stored bytes."""
+    write_json(root / ".zgroup", {"zarr_format": 2})
+    write_json(root / "arr" / ".zarray", zarray([10, 12], [3, 5]))
+    write_json(root / "arr" / ".zattrs", {"_ARRAY_DIMENSIONS": ["y", "x"]})
+    for i, key in enumerate(chunks):
+        (root / "arr" / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / "arr" / key).write_bytes(np.full((3, 5), i + 1, "<i4").tobytes())
+    return sum(p.stat().st_size for p in (root / "arr").rglob("*") if p.is_file())
+
+
+def info_node(tree: Tree, array: str = "arr") -> FileNode:
+    node = tree.resolve(array)
+    assert isinstance(node, DirNode)
+    assert INFO_NAME in tree.entries(node)
+    info = tree.resolve(f"{array}/{INFO_NAME}")
+    assert isinstance(info, FileNode)
+    return info
+
+
+def read_info(node: FileNode) -> str:
+    return trio.run(node.view.read, 0, node.view.size).decode()
+
+
+def test_stat_and_listing_read_no_chunk(tmp_path: Path) -> None:
+    chunked_store(tmp_path, ["0.0", "1.2", "3.1"])
+    tree = make_tree(tmp_path)
+    store = tree.store
+    assert isinstance(store, ScanCountingStore)
+    info = info_node(tree)
+    for name in tree.entries(tree.resolve("arr")):  # what `ls -l` asks of every entry
+        entry = tree.resolve(f"arr/{name}")
+        assert isinstance(entry, FileNode) and entry.view.size > 0
+    assert info.view.size == len(info_text(tree.resolve("arr").meta, None, 0).encode())
+    assert info.view.volatile
+    assert_no_chunk_read(store)
+    assert not store.scans, "stat or listing listed the array's keys"
+
+
+def test_reading_info_lists_but_reads_no_chunk(tmp_path: Path) -> None:
+    written = ["0.0", "1.2", "3.1", "3.2"]
+    stored = chunked_store(tmp_path, written)
+    (tmp_path / "arr" / "4.0").write_bytes(bytes(60))  # outside the (4, 3) grid
+    (tmp_path / "arr" / "notes.txt").write_bytes(b"not a chunk")
+    tree = make_tree(tmp_path)
+    store = tree.store
+    assert isinstance(store, ScanCountingStore)
+    info = info_node(tree)
+    size = info.view.size
+    text = read_info(info)
+    assert len(text.encode()) == size
+    assert initialized(text) == (len(written), 12)
+    assert bytes_stored(text) == stored
+    assert int(field(text, "Chunks not stored")) == 0
+    assert field(text, "Name") == "/arr"
+    assert field(text, "Dimension names") == "y, x"
+    assert_no_chunk_read(store)
+    assert store.scans == Counter({"arr": 1})
+    # A read past the start continues the same summary: no new listing.
+    assert trio.run(info.view.read, size - 10, 100) == text.encode()[-10:]
+    assert store.scans == Counter({"arr": 1})
+    # A read from the start sees a chunk added meanwhile; the size does not move.
+    (tmp_path / "arr" / "2.0").write_bytes(bytes(60))
+    again = read_info(info)
+    assert initialized(again) == (len(written) + 1, 12)
+    assert bytes_stored(again) == stored + 60
+    assert info.view.size == size
+    assert store.scans == Counter({"arr": 2})
+    assert_no_chunk_read(store)
+
+
+def test_stray_files_count_as_in_zarr_python(tmp_path: Path) -> None:
+    """Files zarr-python does not read as chunks are not initialised chunks either."""
+    a = zarr.create_array(
+        store=str(tmp_path), name="arr", shape=(10, 12), chunks=(3, 5), dtype="<i4", zarr_format=2
+    )
+    a[0:3, 0:5] = 1
+    a[9, 11] = 2
+    arr = tmp_path / "arr"
+    copy = (arr / "0.0").read_bytes()
+    (arr / "01.0").write_bytes(copy)  # zero-padded: zarr-python and zarrfs read "1.0"
+    (arr / "1.0.bak").write_bytes(copy)
+    (arr / "4.0").write_bytes(copy)  # outside the (4, 3) grid
+    (arr / f".1.1{TEMP_MARKER}0a1b2c3d").write_bytes(copy)
+    reopened = zarr.open_array(str(arr), mode="r")
+    assert not reopened[3:6, 0:5].any()  # zarr-python reads chunk (1, 0) as fill
+    text = read_info(info_node(make_tree(tmp_path)))
+    assert initialized(text) == (reopened.nchunks_initialized, reopened.nchunks) == (2, 12)
+
+
+def test_nested_chunks_and_root_array(tmp_path: Path) -> None:
+    write_json(tmp_path / ".zarray", zarray([4, 4], [2, 2], dimension_separator="/"))
+    for key in ("0/0", "1/1", "1/0"):
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_bytes(bytes(16))
+    (tmp_path / "0.1").write_bytes(bytes(16))  # the wrong separator: not read by zarrfs
+    tree = make_tree(tmp_path)
+    info = tree.resolve(INFO_NAME)
+    assert isinstance(info, FileNode)
+    text = read_info(info)
+    assert initialized(text) == (3, 4)
+    assert bytes_stored(text) == 3 * 16 + (tmp_path / ".zarray").stat().st_size
+    assert field(text, "Name") == "/"
+    assert_no_chunk_read(tree.store)
+
+
+def test_dirty_chunks_are_not_stored_until_flushed(tmp_path: Path) -> None:
+    chunked_store(tmp_path, ["0.0"])
+    tree = make_tree(tmp_path, writeback=True)
+    info = info_node(tree)
+    raw = tree.resolve("arr/array.raw")
+    assert isinstance(raw, FileNode)
+    row = 12 * 4
+    # rows 3..5, columns 0..4: all of chunk (1, 0), one dirty chunk
+    for r in range(3, 6):
+        trio.run(raw.view.write, r * row, np.full(5, 7, "<i4").tobytes())
+    text = read_info(info)
+    assert initialized(text) == (1, 12)
+    assert int(field(text, "Chunks not stored")) == 1
+    state = tree.resolve("arr").state
+    assert state is not None and tree.writeback is not None
+    trio.run(tree.writeback.flush_array, state)
+    text = read_info(info)
+    assert initialized(text) == (2, 12)
+    assert int(field(text, "Chunks not stored")) == 0
+    assert (tmp_path / "arr" / "1.0").is_file()
+
+
+def test_directory_scan_skips_temporary_files(tmp_path: Path) -> None:
+    write_json(tmp_path / "arr" / ".zarray", zarray([4, 4], [2, 2]))
+    (tmp_path / "arr" / "0.0").write_bytes(b"x" * 3)
+    (tmp_path / "arr" / f".0.1{TEMP_MARKER}0a1b2c3d").write_bytes(b"x" * 5)
+    (tmp_path / "arr" / "sub").mkdir()
+    (tmp_path / "arr" / "sub" / "1").write_bytes(b"x" * 7)
+    (tmp_path / "arr" / "sub" / f".1{TEMP_MARKER}deadbeef").write_bytes(b"x" * 11)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "1.1").write_bytes(b"x")
+    store = DirectoryStore(str(tmp_path))
+    zarray_size = (tmp_path / "arr" / ".zarray").stat().st_size
+    assert dict(store.scan("arr")) == {".zarray": zarray_size, "0.0": 3, "sub/1": 7}
+    assert sorted(store.scan("")) == sorted(
+        [("arr/.zarray", zarray_size), ("arr/0.0", 3), ("arr/sub/1", 7), ("other/1.1", 1)]
+    )
+    assert list(store.scan("missing")) == []
+    # A temporary file left by a write in flight is not counted by info either.
+    tree_root = tmp_path / "t"
+    chunked_store(tree_root, ["0.0"])
+    (tree_root / "arr" / f".1.0{TEMP_MARKER}0a1b2c3d").write_bytes(bytes(60))
+    (tree_root / "arr" / f"1.0{TEMP_MARKER}0a1b2c3d").write_bytes(bytes(60))
+    text = read_info(info_node(make_tree(tree_root)))
+    assert initialized(text) == (1, 12)
+
+
+# -- a real mount ---------------------------------------------------------------------
+
+
+def zarr_python_store(root: Path) -> zarr.Array:
+    a = zarr.create_array(
+        store=str(root),
+        name="arr",
+        shape=(10, 12),
+        chunks=(3, 5),
+        dtype="<i4",
+        zarr_format=2,
+        fill_value=0,
+        attributes={"_ARRAY_DIMENSIONS": ["y", "x"]},
+    )
+    a[0:3, 0:5] = 1  # chunk (0, 0)
+    a[6:10, 5:12] = np.arange(28, dtype="<i4").reshape(4, 7) + 2  # (2|3, 1|2)
+    return a
+
+
+@pytest.mark.mount
+def test_info_on_a_mount_matches_zarr_python(tmp_path: Path) -> None:
+    store = tmp_path / "s.zarr"
+    a = zarr_python_store(store)
+    # zarr-python's figures, taken before the mount writes (they are live properties)
+    before, total, nbytes = a.nchunks_initialized, a.nchunks, a.nbytes_stored()
+    assert 0 < before < total
+    with mounted(store, log_dir=tmp_path) as m:
+        info = m / "arr" / INFO_NAME
+        size = os.stat(info).st_size
+        text = subprocess.run(["cat", str(info)], capture_output=True, check=True).stdout.decode()
+        assert size == len(text.encode())
+        assert field(text, "Name") == "/arr"
+        assert field(text, "Shape") == "(10, 12)"
+        assert "int32" in field(text, "Data type")
+        assert field(text, "Dimension names") == "y, x"
+        assert initialized(text) == (before, total)
+        assert bytes_stored(text) == nbytes
+
+        # Write all of chunk (1, 0) (rows 3..5, columns 0..4) through array.raw.
+        row = 12 * 4
+        with open(m / "arr" / "array.raw", "r+b") as f:
+            for r in range(3, 6):
+                f.seek(r * row)
+                f.write(np.full(5, 9, "<i4").tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+            after = info.read_bytes().decode()
+        assert os.stat(info).st_size == size
+        assert len(after.encode()) == size
+        assert initialized(after) == (before + 1, total)
+        assert int(field(after, "Chunks not stored")) == 0
+        reopened = zarr.open_array(str(store / "arr"), mode="r")
+        assert reopened.nchunks_initialized == before + 1
+        assert bytes_stored(after) == reopened.nbytes_stored()
+
+        ls = subprocess.run(
+            ["ls", "-l", str(m / "arr")], capture_output=True, text=True, check=True
+        ).stdout
+        info_lines = [line for line in ls.splitlines() if line.split()[-1:] == [INFO_NAME]]
+        assert len(info_lines) == 1, ls
+        assert info_lines[0].split()[4] == str(size)
+    assert not (store / "arr" / INFO_NAME).exists()
+
+
+LEGACY = [
+    # (corpus array, chunk key regex relative to the array, documents, files that are no chunks)
+    (
+        "v1-zarr-1.1.0/i4_2d_blosc_lz4",
+        r"(\d+)\.(\d+)",
+        ("meta", "attrs"),
+        ("notes.txt", "1.x", "3.0", "0.3", ".0.1.zarrfs-tmp-0a1b2c3d"),
+    ),
+    (
+        "v0-zarr-0.4.0/i4_2d_lz4_shuffle",
+        r"__zdata__/(\d+)\.(\d+)\.blosc",
+        ("__zmeta__", "__zattr__"),
+        ("notes.txt", "0.1", "__zdata__/0.1", "__zdata__/3.0.blosc", "__zdata__/0.1.blosc.bak"),
+    ),
+]
+
+
+def legacy_chunks(array: Path, pattern: str) -> dict[str, int]:
+    """The chunk files inside the (3, 3) grid of a (10, 12) array in (4, 5) chunks."""
+    found = {}
+    for p in array.rglob("*"):
+        key = p.relative_to(array).as_posix()
+        match = re.fullmatch(pattern, key)
+        if p.is_file() and match and all(int(i) < 3 for i in match.groups()):
+            found[key] = p.stat().st_size
+    return found
+
+
+@pytest.mark.mount
+@pytest.mark.parametrize(
+    "name,pattern,documents,strays", LEGACY, ids=[a[0].split("/")[0] for a in LEGACY]
+)
+def test_info_of_legacy_arrays_on_a_mount(
+    corpus: Path,
+    tmp_path: Path,
+    name: str,
+    pattern: str,
+    documents: tuple[str, ...],
+    strays: tuple[str, ...],
+) -> None:
+    store = tmp_path / "root"
+    write_json(store / ".zgroup", {"zarr_format": 2})
+    array = store / "old"
+    shutil.copytree(corpus / "data" / "generated" / name, array)
+    assert len(legacy_chunks(array, pattern)) == 9
+    # Leave chunk (0, 0) unwritten and add files that are no chunks of the grid.
+    first = min(legacy_chunks(array, pattern))
+    (array / first).unlink()
+    for stray in strays:
+        (array / stray).write_bytes(b"stray")
+    chunks = legacy_chunks(array, pattern)
+    assert len(chunks) == 8
+    docs = sum((array / d).stat().st_size for d in documents if (array / d).exists())
+    with mounted(store, log_dir=tmp_path) as m:
+        info = m / "old" / INFO_NAME
+        size = os.stat(info).st_size
+        text = info.read_text()
+        assert len(text.encode()) == size
+        assert field(text, "Name") == "/old"
+        assert field(text, "Zarr format") == ("1" if "meta" in documents else "0")
+        assert initialized(text) == (8, 9)
+        assert bytes_stored(text) == sum(chunks.values()) + docs
+        # Write chunk (0, 0) back: rows 0..3, columns 0..4.
+        with open(m / "old" / "array.raw", "r+b") as f:
+            for r in range(4):
+                f.seek(r * 12 * 4)
+                f.write(np.arange(5, dtype="<i4").tobytes())
+            os.fsync(f.fileno())
+        after = info.read_text()
+        assert initialized(after) == (9, 9)
+        assert os.stat(info).st_size == size
+        ls = subprocess.run(["ls", "-l", str(m / "old")], capture_output=True, text=True).stdout
+        assert INFO_NAME in ls.split(), ls
+    assert (array / first).is_file()
+    assert bytes_stored(after) == sum(legacy_chunks(array, pattern).values()) + docs
