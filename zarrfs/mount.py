@@ -121,6 +121,7 @@ async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> 
         ops.tree.cache.read_ahead = True
         if writeback is not None:
             nursery.start_soon(writeback.run_periodic)
+            nursery.start_soon(writeback.run_write_behind)
             nursery.start_soon(cleanup)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()

@@ -78,6 +78,7 @@ class ArrayState:
         self.rewritten: set[Index] = set()  # stale chunks written again since the shrink
         self.npy_header_pending: bytearray | None = None  # array.npy after O_TRUNC
         self._prefetched_to = 0  # read-ahead has asked for every chunk up to this byte
+        self._write_end = -1  # where the last write ended (a stream continues there)
 
     # -- geometry ---------------------------------------------------------------------
 
@@ -277,9 +278,42 @@ class ArrayState:
             if dirty.mask is not None and dirty.mask.all():
                 dirty.mask = None
 
+    def _write_runs(self, chunk_nbytes: int, offset: int, data: bytes | memoryview) -> None:
+        """The fast path: whole elements into chunks that are runs of array.raw, one
+        copy per chunk straight from the request."""
+        itemsize = self.meta.itemsize
+        source = np.frombuffer(data, np.uint8)
+        trailing = (0,) * (len(self.meta.shape) - 1)
+        # A write that continues the last one and reaches a chunk's end: a stream
+        # that will not come back to that chunk soon, so it can be stored now.
+        streaming = offset == self._write_end and self.writeback is not None
+        self._write_end = offset + len(data)
+        done = 0
+        for number, start, stop in contiguous_runs(chunk_nbytes, offset, len(data)):
+            index = (number, *trailing)
+            dirty = self.dirty.get(index)
+            if dirty is None:
+                dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
+            if not dirty.data.flags.c_contiguous:  # reshape would copy: the write be lost
+                raise RuntimeError(f"{self.meta.display_name}: dirty chunk not contiguous")
+            dirty.data.reshape(-1).view(np.uint8)[start:stop] = source[done : done + stop - start]
+            done += stop - start
+            if dirty.mask is not None:
+                flat = dirty.mask.reshape(-1)
+                flat[start // itemsize : stop // itemsize] = True
+                if flat.all():
+                    dirty.mask = None
+            if streaming and stop == chunk_nbytes:
+                assert self.writeback is not None
+                self.writeback.behind(self, index)
+
     async def _write_stored(self, offset: int, data: bytes | memoryview) -> None:
         """Write inside the stored rows (``offset + len(data) <= meta.nbytes``)."""
         meta = self.meta
+        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+        if run is not None and not offset % meta.itemsize and not len(data) % meta.itemsize:
+            self._write_runs(run, offset, data)
+            return
         plan = plan_range(meta.shape, meta.chunks, meta.itemsize, offset, len(data))
         if plan.nbytes == 0:
             return

@@ -18,6 +18,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import trio
@@ -25,6 +26,7 @@ import trio
 from zarrfs.core.arrays import ArrayState, Dirty
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.layout import Index
+from zarrfs.core.pool import WorkerPool
 from zarrfs.errors import ChunkError, InvalidArgumentError, MetadataError, ZarrfsError
 from zarrfs.formats.consolidated import replace_entry
 from zarrfs.formats.model import ArrayMeta, join_key
@@ -34,6 +36,24 @@ from zarrfs.stores.base import Store
 log = logging.getLogger(__name__)
 
 DirtyKey = tuple[int, Index]
+
+
+class _Batch:
+    """Chunks flushed together: staged one by one, committed at once."""
+
+    def __init__(self, expected: int) -> None:
+        self.waiting = expected  # chunks neither staged nor given up yet
+        self.staged: list[Any] = []
+        self.ready = trio.Event()
+        self.committed = trio.Event()
+        self.error: ZarrfsError | None = None
+        if not expected:
+            self.ready.set()
+
+    def arrive(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.ready.set()
 
 
 def is_fill(chunk: np.ndarray, meta: ArrayMeta) -> bool:
@@ -66,10 +86,12 @@ class WriteBack:
         # Oldest first; the cost is the one counted when the chunk became dirty.
         self._order: OrderedDict[DirtyKey, tuple[ArrayState, Index, Dirty, int]] = OrderedDict()
         self._resized: dict[int, tuple[ArrayState, float]] = {}
-        self._chunk_locks: dict[tuple[str, Index], trio.Lock] = {}
+        self._flush_lock = trio.Lock()
+        # Chunks a sequential writer has finished: stored while it writes the next ones.
+        self._behind: dict[DirtyKey, tuple[ArrayState, Index]] = {}
+        self._behind_ready = trio.Event()
         self._meta_lock: trio.Lock | None = None
-        # Storing waits on the disk as much as it encodes: twice the cores.
-        self._limiter = trio.CapacityLimiter(threads or 2 * max(2, os.cpu_count() or 2))
+        self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-encode")
         self._unsynced: set[str] = set()  # chunk keys replaced but not yet made durable
 
     # -- bookkeeping called by ArrayState (trio thread, no awaits) ---------------------
@@ -89,17 +111,20 @@ class WriteBack:
         if entry is not None:
             self.dirty_bytes -= entry[3]
 
+    def behind(self, state: ArrayState, index: Index) -> None:
+        """A streaming writer has moved past this chunk: store it in the background."""
+        self._behind[(id(state), index)] = (state, index)
+        self._behind_ready.set()
+
     def resized(self, state: ArrayState) -> None:
         self._resized.setdefault(id(state), (state, time.monotonic()))
 
     # -- flushing ---------------------------------------------------------------------
 
-    def _chunk_lock(self, path: str, index: Index) -> trio.Lock:
-        return self._chunk_locks.setdefault((path, index), trio.Lock())
-
-    async def flush_chunk(self, state: ArrayState, index: Index) -> None:
-        lock = self._chunk_lock(state.meta.path, index)
-        async with lock:
+    async def _flush_chunk(self, state: ArrayState, index: Index, batch: _Batch) -> None:
+        """Hand one dirty chunk to the batch; store it when the batch commits."""
+        arrived = False
+        try:
             dirty = state.dirty.get(index)
             if dirty is None:
                 return
@@ -117,9 +142,14 @@ class WriteBack:
             data.flags.writeable = False
             state.flushing[index] = data
             try:
-                stored = await trio.to_thread.run_sync(
-                    self._store_chunk, meta, index, data, limiter=self._limiter
-                )
+                staged = await self.pool.run(self._stage_chunk, meta, index, data)
+                if staged is not None:
+                    batch.staged.append(staged)
+                batch.arrive()
+                arrived = True
+                await batch.committed.wait()
+                if staged is not None and batch.error is not None:
+                    raise batch.error
             except BaseException:
                 if index not in state.dirty:  # nothing lost: dirty again
                     data.flags.writeable = True
@@ -131,25 +161,28 @@ class WriteBack:
                 state.flushing.pop(index, None)
             if state._is_stale(index):
                 # A shrink overtook this store: the chunk must not outlive it.
-                await trio.to_thread.run_sync(self._delete_chunk, meta, index)
+                await self.pool.run(self._delete_chunk, meta, index)
                 self.cache.forget(meta.path, index)
             else:
-                self.cache.put(meta.path, index, data if stored else None)
-        if not lock.statistics().tasks_waiting and not lock.locked():
-            self._chunk_locks.pop((state.meta.path, index), None)
+                self.cache.put(meta.path, index, None if staged is None else data)
+        finally:
+            if not arrived:
+                batch.arrive()
 
-    def _store_chunk(self, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> bool:
-        """Worker thread: encode and store, or delete a chunk that is all fill value."""
+    def _stage_chunk(self, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> Any:
+        """Worker thread: encode and stage, or delete a chunk that is all fill value.
+
+        Returns the store's staged value, or None when the chunk was deleted.
+        """
         keys = meta.chunk_keys(index)
         if is_fill(chunk, meta):
             self._delete_chunk(meta, index)
-            return False
+            return None
         try:
             data = meta.codecs.encode(chunk.reshape(-1, order=meta.order))
         except Exception as e:
             raise ChunkError(meta.display_name, keys[0], f"cannot encode: {e}") from e
-        self.store.set(keys[0], data, durable=False)
-        return True
+        return self.store.stage(keys[0], data)
 
     def _delete_chunk(self, meta: ArrayMeta, index: Index) -> None:
         for key in meta.chunk_keys(index):
@@ -160,26 +193,50 @@ class WriteBack:
         keys, self._unsynced = sorted(self._unsynced), set()
         if keys:
             try:
-                await trio.to_thread.run_sync(self.store.sync, keys, limiter=self._limiter)
+                with trio.CancelScope(shield=True):
+                    await self.pool.run(self.store.sync, keys)
             except BaseException:
                 self._unsynced.update(keys)
                 raise
 
     async def _gather(self, jobs: Iterable[tuple[ArrayState, Index]]) -> None:
-        """Flush chunks concurrently; raise the first failure after all have run."""
+        """Flush chunks as one batch; raise the first failure after all have run.
+
+        Chunks are encoded and staged concurrently, committed together (their bytes
+        made durable at once, then renamed into place), then their directories are
+        synced by ``sync``. One batch at a time, so an older snapshot of a chunk is
+        always in place before a newer one is staged.
+        """
+        jobs = list(jobs)
         errors: list[BaseException] = []
 
-        async def one(state: ArrayState, index: Index) -> None:
+        async def one(state: ArrayState, index: Index, batch: _Batch) -> None:
             try:
-                await self.flush_chunk(state, index)
+                await self._flush_chunk(state, index, batch)
             except ZarrfsError as e:
                 errors.append(e)
 
-        async with trio.open_nursery() as nursery:
-            for state, index in jobs:
-                nursery.start_soon(one, state, index)
+        # Shielded: a batch cut short would leave its worker threads renaming
+        # older snapshots while the unmount's final flush stores newer ones.
+        async with self._flush_lock:
+            batch = _Batch(len(jobs))
+            with trio.CancelScope(shield=True):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._commit, batch)
+                    for state, index in jobs:
+                        nursery.start_soon(one, state, index, batch)
         if errors:
             raise errors[0]
+
+    async def _commit(self, batch: _Batch) -> None:
+        await batch.ready.wait()
+        try:
+            if batch.staged:
+                await self.pool.run(self.store.commit, batch.staged)
+        except ZarrfsError as e:
+            batch.error = e
+        finally:
+            batch.committed.set()
 
     async def flush_metadata(self, state: ArrayState) -> None:
         if self._meta_lock is None:
@@ -200,13 +257,14 @@ class WriteBack:
             consolidated = self._consolidated(meta, name, document)
             stale_keys = [key for index in stale for key in meta.chunk_keys(index)]
             try:
-                await trio.to_thread.run_sync(
-                    self._store_metadata,
-                    join_key(meta.path, name),
-                    document,
-                    consolidated,
-                    stale_keys,
-                )
+                with trio.CancelScope(shield=True):
+                    await self.pool.run(
+                        self._store_metadata,
+                        join_key(meta.path, name),
+                        document,
+                        consolidated,
+                        stale_keys,
+                    )
             except BaseException:
                 self.resized(state)
                 raise
@@ -282,6 +340,21 @@ class WriteBack:
             jobs.append((state, index))
             planned += cost
         await self._gather(jobs)
+
+    async def run_write_behind(self) -> None:
+        """Store finished chunks of streaming writers, batch by batch, forever.
+
+        Encoding then overlaps with the writes that follow instead of all waiting
+        for the writer's fsync or close; durability is unchanged (fsync/close).
+        """
+        while True:
+            await self._behind_ready.wait()
+            self._behind_ready = trio.Event()
+            jobs, self._behind = list(self._behind.values()), {}
+            try:
+                await self._gather(jobs)
+            except ZarrfsError as e:
+                log.warning("background store failed (the chunks stay dirty): %s", e)
 
     async def run_periodic(self) -> None:
         """Flush what has been dirty longer than the flush interval, forever."""

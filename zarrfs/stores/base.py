@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 
 def join(prefix: str, name: str) -> str:
@@ -57,6 +58,19 @@ class Store(ABC):
         old one (so a crash leaves old or new, never a torn value), but the
         replacement itself becomes durable only at the next ``sync(keys)``.
         """
+
+    def stage(self, key: str, value: bytes) -> Any:
+        """First half of a batched ``set(durable=False)``: prepare ``value`` for ``key``
+        without making it visible; ``commit`` a list of these to put them in place."""
+        return (key, value)
+
+    def commit(self, staged: list[Any]) -> None:
+        """Put staged values in place, each atomically, their bytes on disk first.
+
+        On failure nothing more is put in place and what is left is discarded.
+        """
+        for key, value in staged:
+            self.set(key, value, durable=False)
 
     def sync(self, keys: list[str]) -> None:  # noqa: B027 - durable stores need nothing
         """Make earlier non-durable ``set``/``delete`` of ``keys`` durable."""
