@@ -103,7 +103,9 @@ class Operations(pyfuse3.Operations):
         self.inodes = InodeTable(tree.root)
         self.files: HandleTable[OpenFile] = HandleTable()
         self.parents: dict[int, DirNode] = {}  # file inode → its array directory
-        self.opened: set[int] = set()  # inodes opened for reading: the kernel may cache pages
+        # Inodes whose pages the kernel may hold: they served a read through the page
+        # cache since they were last invalidated.
+        self.page_cached: set[int] = set()
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
@@ -245,7 +247,6 @@ class Operations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         if node.view.volatile:
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
-        self.opened.add(inode)
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
     @_boundary
@@ -261,7 +262,10 @@ class Operations(pyfuse3.Operations):
             view.prefetch(handle.next_offset)
         else:
             handle.next_offset = off + size
-        return await view.read(off, size)
+        data = await view.read(off, size)
+        if not view.volatile:  # volatile views' handles bypass the page cache
+            self.page_cached.add(handle.inode)
+        return data
 
     @_boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -321,9 +325,12 @@ class Operations(pyfuse3.Operations):
             if not (view.writable or (view.volatile and not data)):
                 continue  # metadata documents change at flush; info's size with the shape
             sibling_inode = self.inodes.inode_of(sibling)
-            # A file never opened for reading has no pages in the kernel.
-            if data and sibling_inode not in self.opened:
-                continue
+            if data:
+                # No read since the last invalidation: the kernel holds no pages of it
+                # (writing handles use direct I/O), so a stream of writes pays once.
+                if sibling_inode not in self.page_cached:
+                    continue
+                self.page_cached.discard(sibling_inode)
             targets.append(sibling_inode)
         for target in targets:
             await trio.to_thread.run_sync(_invalidate, target, not data)

@@ -1,0 +1,144 @@
+"""Chunks stored in batches (stage, commit, sync) and write-behind, without a mount."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+import zarr
+
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.writeback import WriteBack
+from zarrfs.errors import StoreError
+from zarrfs.formats.v2 import parse_array
+from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
+
+ROWS, COLUMNS, CHUNK_ROWS = 32, 64, 4  # 8 chunks of 1 KiB
+CHUNK = CHUNK_ROWS * COLUMNS * 4
+
+
+class FlakyStore(DirectoryStore):
+    """Commits fail while ``failing`` is set; counts commits and their sizes."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.failing = False
+        self.commits: list[int] = []
+
+    def commit(self, staged: list[Any]) -> None:
+        if self.failing:
+            for item in staged:  # as the real commit does on failure
+                Path(item.temp).unlink()
+            raise StoreError("syncfs: input/output error", errno.EIO)
+        self.commits.append(len(staged))
+        super().commit(staged)
+
+
+def make(root: Path) -> tuple[ArrayState, WriteBack, FlakyStore, np.ndarray]:
+    data = np.arange(ROWS * COLUMNS, dtype="<f4").reshape(ROWS, COLUMNS)
+    z = zarr.create_array(
+        store=str(root),
+        shape=data.shape,
+        chunks=(CHUNK_ROWS, COLUMNS),
+        dtype="<f4",
+        zarr_format=2,
+        compressors=[{"id": "zlib", "level": 1}],
+    )
+    z[...] = data
+    store = FlakyStore(str(root))
+    cache = ChunkCache(store, 1 << 20)
+    writeback = WriteBack(store, cache, budget=1 << 30, interval=3600)
+    zarray = (root / ".zarray").read_bytes()
+    state = ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache, writeback)
+    return state, writeback, store, data
+
+
+def stored(root: Path) -> np.ndarray:
+    return np.asarray(zarr.open_array(str(root), mode="r")[...])
+
+
+def test_one_commit_per_flush(tmp_path: Path) -> None:
+    state, writeback, store, data = make(tmp_path)
+    new = -data
+
+    async def main() -> None:
+        await state.write(0, new.tobytes())
+        await writeback.flush_array(state)
+
+    trio.run(main)
+    assert store.commits == [ROWS // CHUNK_ROWS], "all chunks in one batch"
+    np.testing.assert_array_equal(stored(tmp_path), new)
+    assert not list(tmp_path.glob(f"*{TEMP_MARKER}*"))
+
+
+def test_a_failed_commit_keeps_every_chunk_of_the_batch(tmp_path: Path) -> None:
+    state, writeback, store, data = make(tmp_path)
+    new = data + 1000
+
+    async def main() -> None:
+        await state.write(0, new.tobytes())
+        store.failing = True
+        with pytest.raises(StoreError) as info:
+            await writeback.flush_array(state)
+        assert info.value.errno == errno.EIO
+        assert len(state.dirty) == ROWS // CHUNK_ROWS, "nothing lost"
+        assert bytes(await state.read(0, data.nbytes)) == new.tobytes()
+        np.testing.assert_array_equal(stored(tmp_path), data)  # the old version, whole
+        store.failing = False
+        await writeback.flush_array(state)
+        assert not state.dirty
+
+    trio.run(main)
+    np.testing.assert_array_equal(stored(tmp_path), new)
+    assert not list(tmp_path.glob(f"*{TEMP_MARKER}*"))
+
+
+async def wait_for(predicate: Any, what: str) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        await trio.sleep(0.01)
+    raise AssertionError(what)
+
+
+def test_write_behind_stores_finished_chunks_of_a_stream(tmp_path: Path) -> None:
+    state, writeback, store, data = make(tmp_path)
+    new = data * 2
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writeback.run_write_behind)
+            raw = new.tobytes()
+            for offset in range(0, 3 * CHUNK, 512):  # three chunks, in small pieces
+                await state.write(offset, raw[offset : offset + 512])
+            # Every chunk the stream finished is stored without an fsync.
+            await wait_for(lambda: sum(store.commits) == 3, "write-behind stored too little")
+            assert not state.dirty
+            on_disk = stored(tmp_path)
+            np.testing.assert_array_equal(on_disk[:12], new[:12])
+            np.testing.assert_array_equal(on_disk[12:], data[12:])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_random_writes_are_not_stored_behind(tmp_path: Path) -> None:
+    state, writeback, store, _ = make(tmp_path)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writeback.run_write_behind)
+            for chunk in (5, 2, 7, 0):  # each write ends a chunk, none continues another
+                end = (chunk + 1) * CHUNK
+                await state.write(end - 256, bytes(256))
+            await trio.sleep(0.3)
+            assert store.commits == []
+            assert len(state.dirty) == 4
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
