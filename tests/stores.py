@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import zarr
 
 from zarrfs.stores.base import Listing
 from zarrfs.stores.directory import DirectoryStore
@@ -24,3 +28,19 @@ class CountingStore(DirectoryStore):
     def get(self, key: str) -> bytes | None:
         self.gets[key] += 1
         return super().get(key)
+
+
+def zlib_array(root: Path, rows: int, columns: int, chunk_rows: int) -> np.ndarray:
+    """A v2 float32 array ``arange`` in row-spanning chunks (zlib-1), written by
+    zarr-python; returns its data."""
+    data = np.arange(rows * columns, dtype="<f4").reshape(rows, columns)
+    z = zarr.create_array(
+        store=str(root),
+        shape=data.shape,
+        chunks=(chunk_rows, columns),
+        dtype="<f4",
+        zarr_format=2,
+        compressors=[{"id": "zlib", "level": 1}],
+    )
+    z[...] = data
+    return data

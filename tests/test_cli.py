@@ -28,6 +28,8 @@ pytestmark = pytest.mark.mount
 
 PID_XATTR = "user.zarrfs.pid"
 
+FOO_BAR_FILES = [".zarray", ".zattrs", "array.npy", "array.raw", "info"]
+
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -279,13 +281,7 @@ def test_writes_are_refused_with_erofs(example_store: Path, tmp_path: Path) -> N
         mode = os.stat(raw).st_mode
         assert stat.S_ISREG(mode) and not mode & 0o222
         assert os.stat(raw).st_size == size
-        assert sorted(os.listdir(m / "foo/bar")) == [
-            ".zarray",
-            ".zattrs",
-            "array.npy",
-            "array.raw",
-            "info",
-        ]
+        assert sorted(os.listdir(m / "foo/bar")) == FOO_BAR_FILES
         assert m.process.poll() is None
     assert (example_store / "foo/bar/0.0").read_bytes() == before
 
@@ -310,13 +306,7 @@ def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_pat
             with pytest.raises(OSError) as info:
                 action()
             assert info.value.errno in (errno.EPERM, errno.EACCES), f"{what}: {info.value!r}"
-        assert sorted(os.listdir(m / "foo/bar")) == [
-            ".zarray",
-            ".zattrs",
-            "array.npy",
-            "array.raw",
-            "info",
-        ]
+        assert sorted(os.listdir(m / "foo/bar")) == FOO_BAR_FILES
         with open(raw, "r+b") as writable, pytest.raises(OSError) as info:
             mmap.mmap(writable.fileno(), 0)  # writing handles use direct I/O
         assert info.value.errno == errno.ENODEV

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.mounting import mounted
-from tests.stores import CountingStore
+from tests.stores import CountingStore, zlib_array
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.layout import contiguous_chunk_nbytes, contiguous_runs
@@ -122,17 +122,7 @@ ROWS, COLUMNS, CHUNK_ROWS = 64, 256, 4  # 16 chunks of 4 KiB
 
 
 def write_store(root: Path) -> np.ndarray:
-    data = np.arange(ROWS * COLUMNS, dtype="<f4").reshape(ROWS, COLUMNS)
-    z = zarr.create_array(
-        store=str(root),
-        shape=data.shape,
-        chunks=(CHUNK_ROWS, COLUMNS),
-        dtype="<f4",
-        zarr_format=2,
-        compressors=[{"id": "zlib", "level": 1}],
-    )
-    z[...] = data
-    return data
+    return zlib_array(root, ROWS, COLUMNS, CHUNK_ROWS)
 
 
 def make_ops(root: Path) -> tuple[Operations, ChunkCache]:

@@ -11,6 +11,7 @@ import pytest
 import trio
 import zarr
 
+from tests.stores import zlib_array
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
@@ -40,16 +41,7 @@ class FlakyStore(DirectoryStore):
 
 
 def make(root: Path) -> tuple[ArrayState, WriteBack, FlakyStore, np.ndarray]:
-    data = np.arange(ROWS * COLUMNS, dtype="<f4").reshape(ROWS, COLUMNS)
-    z = zarr.create_array(
-        store=str(root),
-        shape=data.shape,
-        chunks=(CHUNK_ROWS, COLUMNS),
-        dtype="<f4",
-        zarr_format=2,
-        compressors=[{"id": "zlib", "level": 1}],
-    )
-    z[...] = data
+    data = zlib_array(root, ROWS, COLUMNS, CHUNK_ROWS)
     store = FlakyStore(str(root))
     cache = ChunkCache(store, 1 << 20)
     writeback = WriteBack(store, cache, budget=1 << 30, interval=3600)
