@@ -56,6 +56,10 @@ printf '\n# weather/temperature is int16 (time, lat, lon), in tenths of a degree
 printf '$ dd if=%s bs=2 count=12 status=none | od -A d -t d2\n' "$MNT/weather/temperature/array.raw"
 dd if="$MNT/weather/temperature/array.raw" bs=2 count=12 status=none | od -A d -t d2
 
+printf '\n# every array has an info file, like zarr-python'"'"'s Array.info\n'
+printf '$ cat %s\n' "$MNT/weather/temperature/info"
+cat "$MNT/weather/temperature/info"
+
 cat <<EOF
 
 demo: $STORE is mounted read-only at $MNT

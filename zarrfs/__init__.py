@@ -1,3 +1,3 @@
 """zarrfs: mount Zarr stores as flat array.raw / array.npy files."""
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
