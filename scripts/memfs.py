@@ -1,11 +1,15 @@
-"""A minimal pyfuse3 filesystem: one read-only file ``data`` served from memory.
+"""Minimal pyfuse3 filesystems served from memory: the ceilings of scripts/bench.py.
 
-The "memory-serving ceiling" of scripts/bench.py: the fastest a single-threaded
-pyfuse3 + trio daemon can answer reads (the handler returns a slice of a bytes
-buffer), to compare zarrfs's hot read path against. Runs in the foreground until
-unmounted (``fusermount3 -u``); on exit it prints how many read requests it served.
+- ``MemFS``: one read-only file ``data``; the fastest a single-threaded pyfuse3 +
+  trio daemon can answer reads (the handler returns a slice of a bytes buffer).
+  On exit it prints how many read requests it served.
+- ``TreeFS``: DIRS directories of FILES empty files each, answered from
+  precomputed tables; the fastest such a daemon can answer ``ls -R`` and ``stat``.
+
+Each runs in the foreground until unmounted (``fusermount3 -u``).
 
     .venv/bin/python scripts/memfs.py SIZE_BYTES MOUNTPOINT
+    .venv/bin/python scripts/memfs.py --tree DIRS FILES MOUNTPOINT
 """
 
 from __future__ import annotations
@@ -77,6 +81,62 @@ class MemFS(pyfuse3.Operations):
         return self.data[off : off + size]
 
 
+class TreeFS(pyfuse3.Operations):
+    """The root holds ``dirs`` directories ``d<i>``, each with ``files`` files ``f<j>``."""
+
+    def __init__(self, dirs: int, files: int) -> None:
+        super().__init__()
+        self.children: dict[int, list[tuple[bytes, int]]] = {pyfuse3.ROOT_INODE: []}
+        self.attrs: dict[int, pyfuse3.EntryAttributes] = {}
+        self._add(pyfuse3.ROOT_INODE, directory=True)
+        inode = pyfuse3.ROOT_INODE + 1
+        for i in range(dirs):
+            d = inode
+            self._add(d, directory=True)
+            self.children[pyfuse3.ROOT_INODE].append((f"d{i}".encode(), d))
+            self.children[d] = []
+            for j in range(files):
+                self._add(d + 1 + j, directory=False)
+                self.children[d].append((f"f{j}".encode(), d + 1 + j))
+            inode += 1 + files
+
+    def _add(self, inode: int, *, directory: bool) -> None:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode
+        attr.entry_timeout = attr.attr_timeout = 60  # as zarrfs
+        attr.st_mode = (stat.S_IFDIR | 0o555) if directory else (stat.S_IFREG | 0o444)
+        attr.st_nlink = 2 if directory else 1
+        attr.st_uid, attr.st_gid = os.getuid(), os.getgid()
+        self.attrs[inode] = attr
+
+    async def getattr(self, inode, ctx=None):
+        return self.attrs[inode]
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        for child, inode in self.children.get(parent_inode, ()):
+            if child == name:
+                return self.attrs[inode]
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def opendir(self, inode, ctx):
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        entries = self.children[fh]
+        for position in range(start_id, len(entries)):
+            name, inode = entries[position]
+            if not pyfuse3.readdir_reply(token, name, self.attrs[inode], position + 1):
+                break
+
+
+def run(ops: pyfuse3.Operations, mountpoint: str, name: str) -> None:
+    pyfuse3.init(ops, mountpoint, set(pyfuse3.default_options) | {f"fsname={name}", "ro"})
+    try:
+        trio.run(pyfuse3.main)
+    finally:
+        pyfuse3.close(unmount=True)
+
+
 def serve(size: int, mountpoint: str) -> None:
     ops = MemFS(os.urandom(size))
     pyfuse3.init(ops, mountpoint, set(pyfuse3.default_options) | {"fsname=memfs", "ro"})
@@ -88,8 +148,8 @@ def serve(size: int, mountpoint: str) -> None:
 
 
 @contextmanager
-def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
-    """Mount a MemFS serving ``size`` bytes; yields (file path, log file); always unmounts."""
+def _mounted(args: list[str], log_dir: Path) -> Iterator[tuple[Path, Path]]:
+    """Run this script with ``args`` + a new mount point; yields (mount point, log file)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.mounting import unmount, wait_for_mount
 
@@ -97,14 +157,14 @@ def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
     log_file = Path(tempfile.mkstemp(prefix="memfs-log-", dir=log_dir)[1])
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, __file__, str(size), mountpoint],
+            [sys.executable, __file__, *args, mountpoint],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
         wait_for_mount(mountpoint, process, log_file)
-        yield Path(mountpoint) / FILE_NAME, log_file
+        yield Path(mountpoint), log_file
     finally:
         unmount(mountpoint)
         try:
@@ -116,7 +176,24 @@ def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
         os.rmdir(mountpoint)
 
 
+@contextmanager
+def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
+    """Mount a MemFS serving ``size`` bytes; yields (file path, log file); always unmounts."""
+    with _mounted([str(size)], log_dir) as (mountpoint, log_file):
+        yield mountpoint / FILE_NAME, log_file
+
+
+@contextmanager
+def treefs_mounted(dirs: int, files: int, log_dir: Path) -> Iterator[Path]:
+    """Mount a TreeFS; yields its mount point; always unmounts."""
+    with _mounted(["--tree", str(dirs), str(files)], log_dir) as (mountpoint, _):
+        yield mountpoint
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__.rstrip().splitlines()[-1].strip())
-    serve(int(sys.argv[1]), sys.argv[2])
+    if len(sys.argv) == 5 and sys.argv[1] == "--tree":
+        run(TreeFS(int(sys.argv[2]), int(sys.argv[3])), sys.argv[4], "treefs")
+    elif len(sys.argv) == 3:
+        serve(int(sys.argv[1]), sys.argv[2])
+    else:
+        sys.exit("usage: memfs.py SIZE_BYTES MOUNTPOINT | memfs.py --tree DIRS FILES MOUNTPOINT")

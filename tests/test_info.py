@@ -28,7 +28,7 @@ from zarrfs.formats.model import ArrayMeta, chunk_key_parser
 from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
 from zarrfs.tree import DirNode, FileNode, Tree
-from zarrfs.views.info import INFO_NAME, Stored, info_text, summarise
+from zarrfs.views.info import INFO_NAME, Stored, info_size, info_text, summarise
 
 # Every metadata document name of every layout: the only keys listing may read.
 METADATA_NAMES = {
@@ -227,6 +227,14 @@ def test_info_length_depends_on_the_metadata_only(data: st.DataObject, meta: Arr
     assert initialized(text) == (chunks, meta.n_chunks)
     assert bytes_stored(text) == nbytes
     assert int(field(text, "Chunks not stored")) == dirty
+
+
+def test_info_size_is_shared_only_by_like_arrays() -> None:
+    """info_size reuses the size of arrays that differ in name only, and only them."""
+    for meta in METAS:
+        assert info_size(meta) == len(info_text(meta, None, 0).encode()), meta.path
+        renamed = meta_of("other/n\u00e4me/" + meta.path, zarray([3], [2]))
+        assert info_size(renamed) == len(info_text(renamed, None, 0).encode())
 
 
 def test_info_text_contents() -> None:

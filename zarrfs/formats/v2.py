@@ -131,6 +131,13 @@ def parse_order(doc: dict[str, Any]) -> str:
     return order
 
 
+# Hierarchies repeat one .zarray over thousands of arrays: parse each text once. The
+# fields hold no path (only error messages do, and failures are not cached); the
+# codec pipeline they share is used from several threads already.
+_ZARRAY_CACHE_SIZE = 256
+_ZARRAY_FIELDS: dict[bytes, dict[str, Any]] = {}
+
+
 def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         fmt = doc["zarr_format"]
@@ -154,7 +161,13 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
             "nczarr": nczarr_dimensions(doc),
         }
 
-    fields = parse_array_document(path, ARRAY_KEY, zarray, build)
+    cached = _ZARRAY_FIELDS.get(zarray)
+    if cached is None:
+        cached = parse_array_document(path, ARRAY_KEY, zarray, build)
+        if len(_ZARRAY_FIELDS) >= _ZARRAY_CACHE_SIZE:
+            _ZARRAY_FIELDS.pop(next(iter(_ZARRAY_FIELDS)))
+        _ZARRAY_FIELDS[zarray] = cached
+    fields = dict(cached)
     separator = fields.pop("separator")
     nczarr = fields.pop("nczarr")
     shape = fields["shape"]

@@ -110,6 +110,7 @@ class Operations(pyfuse3.Operations):
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
         self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
+        self._attrs: dict[int, pyfuse3.EntryAttributes] = {}
         self._uid = os.getuid()
         self._gid = os.getgid()
 
@@ -132,8 +133,22 @@ class Operations(pyfuse3.Operations):
         return node
 
     def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
+        """The node's attributes; built once per inode, the size kept current.
+
+        pyfuse3 copies them into each reply, so one object per inode can be reused.
+        """
+        inode = self.inodes.inode_of(node)
+        attr = self._attrs.get(inode)
+        if attr is None:
+            attr = self._attrs[inode] = self._new_attributes(node, inode)
+        if isinstance(node, FileNode):
+            attr.st_size = node.view.size
+            attr.st_blocks = -(-attr.st_size // 512)
+        return attr
+
+    def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
-        attr.st_ino = self.inodes.inode_of(node)
+        attr.st_ino = inode
         attr.generation = 0
         attr.entry_timeout = ATTR_TIMEOUT
         attr.attr_timeout = ATTR_TIMEOUT
@@ -145,11 +160,9 @@ class Operations(pyfuse3.Operations):
             write_bits = 0 if self.read_only or not node.view.writable else 0o200
             attr.st_mode = stat.S_IFREG | 0o444 | write_bits
             attr.st_nlink = 1
-            attr.st_size = node.view.size
         attr.st_uid = self._uid
         attr.st_gid = self._gid
         attr.st_blksize = 128 * 1024
-        attr.st_blocks = -(-attr.st_size // 512)
         mtime_ns = int(node.mtime * 1e9)
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime_ns
         return attr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
@@ -17,6 +18,7 @@ except ImportError:  # numpy 1.x
 from zarrfs.views.base import View
 
 
+@functools.lru_cache(maxsize=1024)  # a hierarchy has many arrays of one dtype and shape
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """The NPY header numpy itself would write for a C-order array (1.0, else 2.0/3.0)."""
     header = {
