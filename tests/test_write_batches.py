@@ -134,3 +134,24 @@ def test_random_writes_are_not_stored_behind(tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_whole_chunk_write_is_adopted_and_copied_on_write(tmp_path: Path) -> None:
+    state, writeback, _, data = make(tmp_path)
+    request = (data[4:8] * 3).tobytes()  # exactly chunk 1, as pyfuse3 hands it over
+    expected = data.copy()
+    expected[4:8] = data[4:8] * 3
+    patch = np.full(10, -7.0, dtype="<f4")
+
+    async def main() -> None:
+        await state.write(CHUNK, request)
+        adopted = state.dirty[(1, 0)].data
+        assert not adopted.flags.writeable, "the request's bytes were not adopted"
+        await state.write(CHUNK + 40, patch.tobytes())  # copy on write, then patch
+        assert state.dirty[(1, 0)].data is not adopted
+        assert request == (data[4:8] * 3).tobytes(), "the request's bytes changed"
+        await writeback.flush_array(state)
+
+    trio.run(main)
+    expected.reshape(-1)[4 * COLUMNS + 10 : 4 * COLUMNS + 20] = patch
+    np.testing.assert_array_equal(stored(tmp_path), expected)

@@ -46,7 +46,9 @@ Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no co
 
 @dataclass
 class Dirty:
-    data: np.ndarray  # writable, chunk shape, laid out in the array's order
+    # chunk shape, laid out in the array's order; read-only when it is a write's own
+    # buffer or was handed to a flush: writers go through ArrayState._writable
+    data: np.ndarray
     mask: np.ndarray | None  # elements written so far; None once complete
     since: float  # when it first became dirty (monotonic)
 
@@ -223,7 +225,7 @@ class ArrayState:
         if dirty is None or dirty.mask is None:
             return
         void = _void(self.meta)
-        target = dirty.data.view(void)
+        target = self._writable(dirty).view(void)
         missing = ~dirty.mask
         if base is None:
             target[missing] = np.frombuffer(self.meta.fill_bytes, dtype=void)[0]
@@ -268,7 +270,7 @@ class ArrayState:
             dirty = self.dirty.get(index)
             if dirty is None:
                 dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
-            target = dirty.data.view(_void(meta))
+            target = self._writable(dirty).view(_void(meta))
             for piece in pieces:
                 count = math.prod(piece.box_shape)
                 box = buf[piece.box_start : piece.box_start + count].reshape(piece.box_shape)
@@ -288,15 +290,25 @@ class ArrayState:
         # that will not come back to that chunk soon, so it can be stored now.
         streaming = offset == self._write_end and self.writeback is not None
         self._write_end = offset + len(data)
+        # An immutable request that covers a whole chunk becomes that chunk: no copy.
+        adoptable = memoryview(data).readonly
         done = 0
         for number, start, stop in contiguous_runs(chunk_nbytes, offset, len(data)):
             index = (number, *trailing)
+            if adoptable and start == 0 and stop == chunk_nbytes:
+                self._adopt(index, source[done : done + stop])
+                done += stop
+                if streaming:
+                    assert self.writeback is not None
+                    self.writeback.behind(self, index)
+                continue
             dirty = self.dirty.get(index)
             if dirty is None:
                 dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
-            if not dirty.data.flags.c_contiguous:  # reshape would copy: the write be lost
+            target = self._writable(dirty)
+            if not target.flags.c_contiguous:  # reshape would copy: the write be lost
                 raise RuntimeError(f"{self.meta.display_name}: dirty chunk not contiguous")
-            dirty.data.reshape(-1).view(np.uint8)[start:stop] = source[done : done + stop - start]
+            target.reshape(-1).view(np.uint8)[start:stop] = source[done : done + stop - start]
             done += stop - start
             if dirty.mask is not None:
                 flat = dirty.mask.reshape(-1)
@@ -306,6 +318,23 @@ class ArrayState:
             if streaming and stop == chunk_nbytes:
                 assert self.writeback is not None
                 self.writeback.behind(self, index)
+
+    def _writable(self, dirty: Dirty) -> np.ndarray:
+        """The dirty chunk's data, copied first if it is read-only (copy on write)."""
+        if not dirty.data.flags.writeable:
+            dirty.data = dirty.data.copy(order=self.meta.order)
+        return dirty.data
+
+    def _adopt(self, index: Index, source: np.ndarray) -> None:
+        """A whole chunk written at once: the (immutable) request bytes are the chunk."""
+        meta = self.meta
+        data = source.view(meta.dtype).reshape(meta.chunks)
+        if self._is_stale(index) and index[0] * meta.chunks[0] >= self.low_rows:
+            self.rewritten.add(index)
+        self.dirty[index] = dirty = Dirty(data, None, time.monotonic())
+        self.cache.forget(meta.path, index)
+        if self.writeback is not None:
+            self.writeback.track(self, index, dirty)
 
     async def _write_stored(self, offset: int, data: bytes | memoryview) -> None:
         """Write inside the stored rows (``offset + len(data) <= meta.nbytes``)."""
@@ -407,7 +436,7 @@ class ArrayState:
     def _fill_beyond(self, index: Index, keep: int) -> None:
         dirty = self.dirty.get(index) or self._new_dirty(index, base_is_fill=self._is_stale(index))
         fill = np.frombuffer(self.meta.fill_bytes, dtype=_void(self.meta))[0]
-        dirty.data.view(_void(self.meta))[keep:] = fill
+        self._writable(dirty).view(_void(self.meta))[keep:] = fill
         if dirty.mask is not None:
             dirty.mask[keep:] = True
 

@@ -151,9 +151,8 @@ class WriteBack:
                 if staged is not None and batch.error is not None:
                     raise batch.error
             except BaseException:
-                if index not in state.dirty:  # nothing lost: dirty again
-                    data.flags.writeable = True
-                    state.dirty[index] = dirty
+                if index not in state.dirty:  # nothing lost: dirty again (read-only:
+                    state.dirty[index] = dirty  # the next write copies it first)
                     self.track(state, index, dirty)
                 raise
             finally:
