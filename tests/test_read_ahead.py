@@ -225,8 +225,8 @@ def test_a_load_overtaken_by_a_write_is_not_cached(tmp_path: Path) -> None:
     gate = threading.Event()
     load = cache._load
 
-    def slow_load(meta, index):
-        old = load(meta, index)  # read from the store before the write...
+    def slow_load(*args):
+        old = load(*args)  # read from the store before the write...
         gate.wait(10)  # ...and delivered after it was stored
         return old
 
@@ -293,3 +293,81 @@ def test_streamed_reads_through_a_mount_see_writes(tmp_path: Path) -> None:
         assert raw.read_bytes() == data.tobytes()
         assert float(np.asarray(mapped).sum()) == float(data.sum())
         del mapped
+
+
+# -- decode buffers recycled ------------------------------------------------------------
+
+
+def blosc_store(root: Path, chunks: int = 24) -> np.ndarray:
+    """1-D float64 array of ``chunks`` 4 KiB chunks, blosc (decoded into our buffers)."""
+    data = np.random.default_rng(5).normal(size=chunks * 512)
+    z = zarr.create_array(
+        store=str(root),
+        shape=data.shape,
+        chunks=(512,),
+        dtype="<f8",
+        zarr_format=2,
+        compressors=[{"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}],
+    )
+    z[...] = data
+    return data
+
+
+def small_cache_state(root: Path, cache_chunks: int) -> tuple[ArrayState, ChunkCache]:
+    store = CountingStore(str(root))
+    cache = ChunkCache(store, cache_chunks * 4096)
+    zarray = (root / ".zarray").read_bytes()
+    return ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache), cache
+
+
+def test_recycled_buffers_hold_the_right_chunks(tmp_path: Path) -> None:
+    data = blosc_store(tmp_path)
+    state, cache = small_cache_state(tmp_path, cache_chunks=3)
+    order = [*range(24), *reversed(range(24)), *range(0, 24, 5)]
+
+    async def main() -> None:
+        for number in order:
+            got = bytes(await state.read(number * 4096, 4096))
+            assert got == data[number * 512 : (number + 1) * 512].tobytes(), number
+
+    trio.run(main)
+    assert cache.recycled > 20, "evicted buffers were not reused"
+
+
+def test_a_chunk_still_referenced_is_never_recycled(tmp_path: Path) -> None:
+    data = blosc_store(tmp_path)
+    state, cache = small_cache_state(tmp_path, cache_chunks=2)
+
+    async def main() -> None:
+        held = await state.read(0, 4096)  # a slice of chunk 0's buffer, kept
+        assert isinstance(held, memoryview)
+        whole = await cache.get(state.meta, (1,))  # the chunk array itself, kept
+        for number in range(2, 24):  # evicts 0 and 1 many times over
+            await state.read(number * 4096, 4096)
+        assert bytes(held) == data[:512].tobytes()
+        assert whole is not None and whole.tobytes() == data[512:1024].tobytes()
+
+    trio.run(main)
+    assert cache.recycled > 0
+
+
+def test_a_stream_gives_back_what_it_read_ahead(tmp_path: Path) -> None:
+    data = blosc_store(tmp_path, chunks=64)
+    store = CountingStore(str(tmp_path))
+    cache = ChunkCache(store, 1 << 24)  # room for everything: only use-once frees
+    cache.read_ahead = True
+    tree = Tree(store, cache)
+    ops = Operations(tree, read_only=True)
+    fh = open_raw(ops)
+
+    async def main() -> bytes:
+        out = b""
+        for offset in range(0, data.nbytes, 4096):
+            out += bytes(await ops.read(fh, offset, 4096))
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == data.tobytes()
+    assert cache.prefetches > 32
+    assert cache.recycled > 32, "chunks the stream passed were not given back"
+    assert cache.nbytes < 16 * 4096, "the stream's chunks stayed cached"

@@ -80,6 +80,7 @@ class ArrayState:
         self.rewritten: set[Index] = set()  # stale chunks written again since the shrink
         self.npy_header_pending: bytearray | None = None  # array.npy after O_TRUNC
         self._prefetched_to = 0  # read-ahead has asked for every chunk up to this byte
+        self._released_to = 0  # chunks before this one were offered back (use-once)
         self._write_end = -1  # where the last write ended (a stream continues there)
 
     # -- geometry ---------------------------------------------------------------------
@@ -179,6 +180,13 @@ class ArrayState:
         run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
         if run is not None:
             trailing = (0,) * (len(meta.shape) - 1)
+            # Chunks the stream has passed (one kept for late requests) go first.
+            passed = offset // run - 1
+            if passed < self._released_to - 1:  # the reader jumped back: a new stream
+                self._released_to = max(passed, 0)
+            for number in range(self._released_to, passed):
+                self.cache.release(meta, (number, *trailing))
+            self._released_to = max(self._released_to, passed)
             for number, begin, _ in contiguous_runs(run, start, end - start):
                 if not self._prefetch_chunk((number, *trailing)):
                     self._prefetched_to = number * run + begin

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ FAILURE_TTL = 30.0
 # A missing chunk is remembered too, at a nominal cost, so a sparse array is not
 # re-probed on every read.
 _MISSING_COST = 64
+
+# Unreferenced decode buffers kept per size for the next loads.
+MAX_SPARE_BUFFERS = 16
 
 # Read-ahead loads queued at once: enough to keep the workers busy between requests.
 MAX_READ_AHEAD_LOADS = 8
@@ -62,6 +66,13 @@ class ChunkCache:
         self.read_ahead = False  # the mount turns it on; handler tests choose
         self._prefetching = 0
         self.prefetches = 0  # loads started by read-ahead; tests count them
+        # Decoding into fresh memory costs a page fault per 4 KiB, which on a VM
+        # is ~40% of decoding: chunks decoded into buffers of ours give them back
+        # when they leave the cache unreferenced, for the next decode.
+        self._backing: dict[ChunkKey, np.ndarray] = {}
+        self._spare: dict[int, list[np.ndarray]] = {}
+        self._read_ahead_keys: set[ChunkKey] = set()  # loaded ahead, not yet read
+        self.recycled = 0  # buffers reused; tests count them
 
     @property
     def nbytes(self) -> int:
@@ -89,6 +100,12 @@ class ChunkCache:
     def _start(self, meta: ArrayMeta, index: Index, priority: int) -> _Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more."""
         key = (meta.path, index)
+        out = None
+        if meta.codecs.decodes_into:
+            spare = self._spare.get(meta.chunk_nbytes)
+            out = spare.pop() if spare else None
+        # Nothing between registering the flight and queueing its job may raise:
+        # waiters would wait for a load that never comes.
         flight = _Flight()
         self._flights[key] = flight
         self.loads += 1
@@ -101,8 +118,9 @@ class ChunkCache:
                 current = True
             else:
                 current = False  # a write superseded the chunk while it loaded
+            buffer = None
             try:
-                flight.value = result.unwrap()
+                flight.value, buffer = result.unwrap()
             except ChunkError as e:
                 log.error("%s", e)
                 e.logged = True
@@ -114,9 +132,13 @@ class ChunkCache:
             else:
                 if current:
                     self._insert(key, flight.value)
+                    if buffer is not None and key in self._entries:
+                        self._backing[key] = buffer
+                        if priority == BACKGROUND:
+                            self._read_ahead_keys.add(key)
             flight.done.set()
 
-        self.pool.submit(self._load, meta, index, priority=priority, on_done=finish)
+        self.pool.submit(self._load, meta, index, out, priority=priority, on_done=finish)
         return flight
 
     def has(self, path: str, index: Index) -> bool:
@@ -139,23 +161,28 @@ class ChunkCache:
         self._start(meta, index, BACKGROUND)
         return True
 
-    def _load(self, meta: ArrayMeta, index: Index) -> np.ndarray | None:
-        """Worker thread: fetch and decode one chunk."""
+    def _load(
+        self, meta: ArrayMeta, index: Index, out: np.ndarray | None = None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Worker thread: fetch and decode one chunk; (chunk, the buffer it lives in
+        when that is one of ours)."""
         keys = meta.chunk_keys(index)
         for key in keys:
             data = self.store.get(key)
             if data is not None:
                 break
         else:
-            return None
+            return None, None
+        if out is None and meta.codecs.decodes_into:
+            out = np.empty(meta.chunk_nbytes, dtype=np.uint8)
         try:
-            arr = meta.codecs.decode(data, meta.dtype, meta.chunks, meta.order)
+            arr = meta.codecs.decode(data, meta.dtype, meta.chunks, meta.order, out)
         except ZarrfsError:
             raise
         except Exception as e:
             raise ChunkError(meta.display_name, key, f"{type(e).__name__}: {e}") from e
         arr.flags.writeable = False
-        return arr
+        return arr, (out if out is not None and arr.base is out else None)
 
     def _insert(self, key: ChunkKey, value: np.ndarray | None) -> None:
         cost = _MISSING_COST if value is None else value.nbytes
@@ -164,17 +191,47 @@ class ChunkCache:
         self._entries[key] = value
         self._bytes += cost
         while self._bytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
+            old_key, old = self._entries.popitem(last=False)
             self._bytes -= _MISSING_COST if old is None else old.nbytes
+            del old
+            self._recycle(old_key)
+
+    def _recycle(self, key: ChunkKey) -> None:
+        """The chunk at ``key`` left the cache: keep its buffer if nobody holds it.
+
+        Every view of the chunk (a reader's slice, a chunk being assembled across an
+        await, a flight's value) references the buffer, so a buffer whose only
+        references are ours is free (CPython reference counts are exact).
+        """
+        self._read_ahead_keys.discard(key)
+        buffer = self._backing.pop(key, None)
+        if buffer is None:
+            return
+        spare = self._spare.setdefault(buffer.nbytes, [])
+        if sys.getrefcount(buffer) == 2 and len(spare) < MAX_SPARE_BUFFERS:
+            spare.append(buffer)
+            self.recycled += 1
+
+    def release(self, meta: ArrayMeta, index: Index) -> None:
+        """A streaming reader has gone past a chunk it had read ahead: the kernel's
+        page cache holds those bytes now, so the decoded chunk makes room (use-once)."""
+        key = (meta.path, index)
+        if key in self._read_ahead_keys:
+            self._drop(key)
 
     def forget(self, path: str, index: Index) -> None:
         """Drop one chunk (a write is about to supersede it)."""
         key = (path, index)
         self._failures.pop(key, None)
         self._flights.pop(key, None)  # a load under way brings the old chunk: not cached
+        self._drop(key)
+
+    def _drop(self, key: ChunkKey) -> None:
         old = self._entries.pop(key, _ABSENT)
         if old is not _ABSENT:
             self._bytes -= _MISSING_COST if old is None else old.nbytes
+            del old
+            self._recycle(key)
 
     def put(self, path: str, index: Index, value: np.ndarray | None) -> None:
         """Remember a chunk as it was just stored (``None``: deleted, reads as fill)."""
@@ -188,8 +245,7 @@ class ChunkCache:
         for key in [k for k in self._flights if k[0] == path]:
             del self._flights[key]
         for key in [k for k in self._entries if k[0] == path]:
-            old = self._entries.pop(key)
-            self._bytes -= _MISSING_COST if old is None else old.nbytes
+            self._drop(key)
 
 
 def parse_size(text: str) -> int:

@@ -57,11 +57,28 @@ class CodecPipeline:
                 self._resolved = (compressor, filters)
             return self._resolved
 
+    @property
+    def decodes_into(self) -> bool:
+        """Whether ``decode`` can write into a caller's buffer (``out``); never raises
+        (a codec that cannot be built fails in ``decode``, as a chunk error)."""
+        try:
+            compressor, filters = self._codecs()
+        except Exception:
+            return False
+        return not filters and getattr(compressor, "codec_id", None) in _OUT_CODECS
+
     def decode(
-        self, data: bytes, dtype: np.dtype, shape: tuple[int, ...], order: str
+        self,
+        data: bytes,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        order: str,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Decode one stored chunk into an array of the chunk shape.
 
+        With ``out`` (a uint8 buffer of the chunk's size, when ``decodes_into``) the
+        result is a view of it, except where a codec quirk needs a copy.
         Raises ``CodecResolutionError`` or ``ValueError`` (wrong size) or whatever the
         codec raises on corrupt input; the caller turns them into a ChunkError.
         """
@@ -72,7 +89,8 @@ class CodecPipeline:
             if getattr(compressor, "codec_id", None) == "blosc":
                 # filters may change the size, so only an unfiltered chunk's nbytes is known
                 _check_blosc_header(data, None if filters else expected)
-            chunk = self._decompress(compressor, data)
+            use_out = out is not None and out.nbytes == expected and self.decodes_into
+            chunk = self._decompress(compressor, data, out if use_out else None)
         for f in reversed(filters):
             chunk = f.decode(chunk)
         arr = ensure_ndarray_like(chunk)
@@ -81,9 +99,9 @@ class CodecPipeline:
             raise ValueError(f"decoded {raw.nbytes} bytes, expected {expected}")
         return raw.view(dtype).reshape(shape, order=order)
 
-    def _decompress(self, compressor: Codec, data: bytes) -> Any:
+    def _decompress(self, compressor: Codec, data: bytes, out: np.ndarray | None) -> Any:
         try:
-            return compressor.decode(data)
+            return compressor.decode(data, out=out) if out is not None else compressor.decode(data)
         except Exception:
             # z5 (2019) wrote zlib streams under the id "gzip"; accept them, say so once.
             if getattr(compressor, "codec_id", None) != "gzip":
@@ -105,6 +123,10 @@ class CodecPipeline:
         if compressor is not None:
             data = compressor.encode(data)
         return ensure_bytes(data)
+
+
+# numcodecs compressors known to fill ``out`` exactly (others are used without it).
+_OUT_CODECS = frozenset({"blosc", "zlib", "gzip", "zstd", "lz4", "bz2", "lzma"})
 
 
 def _check_blosc_header(data: bytes, expected: int | None) -> None:
