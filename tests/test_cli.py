@@ -105,9 +105,9 @@ def _mountpoint_is_a_file(tmp: Path, example: Path, mnt: Path) -> tuple[list[str
     return [str(example), str(tmp / "afile")], str(tmp / "afile")
 
 
-def _bad_cache_size(value: str) -> Callable[[Path, Path, Path], tuple[list[str], str]]:
+def _bad_size(option: str, value: str) -> Callable[[Path, Path, Path], tuple[list[str], str]]:
     def case(tmp: Path, example: Path, mnt: Path) -> tuple[list[str], str]:
-        return ["--cache-size", value, str(example), str(mnt)], value
+        return [option, value, str(example), str(mnt)], value
 
     return case
 
@@ -128,9 +128,11 @@ BAD_MOUNTS = {
     "mountpoint-missing": _mountpoint_missing,
     "mountpoint-not-empty": _mountpoint_not_empty,
     "mountpoint-is-a-file": _mountpoint_is_a_file,
-    "cache-size-word": _bad_cache_size("lots"),
-    "cache-size-negative": _bad_cache_size("-5M"),
-    "cache-size-unit": _bad_cache_size("12Q"),
+    "cache-size-word": _bad_size("--cache-size", "lots"),
+    "cache-size-negative": _bad_size("--cache-size", "-5M"),
+    "cache-size-unit": _bad_size("--cache-size", "12Q"),
+    "readahead-word": _bad_size("--readahead", "fast"),
+    "write-cache-size-negative": _bad_size("--write-cache-size", "-1"),
     "log-level": _bad_log_level,
     "fuse-option": _bad_fuse_option,
 }
@@ -172,7 +174,17 @@ def test_umount_not_mounted(tmp_path: Path, mountpoint: Path) -> None:
 def test_help_lists_the_options() -> None:
     result = run_cli("mount", "--help")
     assert result.returncode == 0, result.stderr
-    for option in ("--foreground", "--read-only", "--cache-size", "--log-level", "--log-file"):
+    for option in (
+        "--foreground",
+        "--read-only",
+        "--cache-size",
+        "--write-cache-size",
+        "--flush-interval",
+        "--readahead",
+        "--no-consolidated",
+        "--log-level",
+        "--log-file",
+    ):
         assert option in result.stdout
 
 
