@@ -210,6 +210,9 @@ class ArrayState:
         """Chunks as reads see them, fetched concurrently; the first error is raised."""
         if len(indices) == 1:
             return [await self.get(self.meta, indices[0])]
+        ready = [self._ready(index) for index in indices]
+        if all(found for found, _ in ready):  # all at hand: no tasks to start
+            return [chunk for _, chunk in ready]
         results: list[np.ndarray | None] = [None] * len(indices)
         errors: list[ZarrfsError] = []
 
@@ -225,6 +228,17 @@ class ArrayState:
         if errors:
             raise errors[0]
         return results
+
+    def _ready(self, index: Index) -> tuple[bool, np.ndarray | None]:
+        """(True, chunk) when ``get`` would answer without waiting, else (False, None)."""
+        dirty = self.dirty.get(index)
+        if dirty is not None:
+            return (True, dirty.data) if dirty.mask is None else (False, None)
+        if self._is_stale(index):
+            return True, None
+        if index in self.flushing:
+            return True, self.flushing[index]
+        return self.cache.ready(self.meta.path, index)
 
     async def _materialise(self, index: Index) -> None:
         """Merge the stored chunk (or fill) under the elements not yet written."""

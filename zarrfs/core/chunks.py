@@ -141,6 +141,14 @@ class ChunkCache:
         self.pool.submit(self._load, meta, index, out, priority=priority, on_done=finish)
         return flight
 
+    def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]:
+        """(True, chunk) if it is cached (counts as a use), else (False, None)."""
+        key = (path, index)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return True, self._entries[key]
+        return False, None
+
     def has(self, path: str, index: Index) -> bool:
         """Cached, being loaded, or known to fail: a read-ahead would add nothing."""
         key = (path, index)
