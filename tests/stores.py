@@ -44,3 +44,18 @@ def zlib_array(root: Path, rows: int, columns: int, chunk_rows: int) -> np.ndarr
     )
     z[...] = data
     return data
+
+
+def v2_zarray(shape: list[int], chunks: list[int], dtype: object = "<i4", **extra: object) -> dict:
+    """A .zarray document: uncompressed, fill 0, order C, plus ``extra`` keys."""
+    return {
+        "zarr_format": 2,
+        "shape": shape,
+        "chunks": chunks,
+        "dtype": dtype,
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+        **extra,
+    }

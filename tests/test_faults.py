@@ -26,7 +26,7 @@ import pytest
 import zarr
 from numcodecs import Zlib
 
-from tests.mounting import Mounted, mounted, unmount, zarrfs_command
+from tests.mounting import Mounted, mounted, read_range, unmount, zarrfs_command
 
 pytestmark = pytest.mark.mount
 
@@ -44,14 +44,6 @@ def chunk_lines(log: str, array: str, key: str) -> list[str]:
     """Log lines that name both the array path and the chunk key."""
     key_pattern = re.compile(rf"(?<![\w.]){re.escape(key)}(?![\w.])")
     return [line for line in log.splitlines() if array in line and key_pattern.search(line)]
-
-
-def read_range(path: Path, offset: int, length: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
 
 
 def expect_eio(path: Path, offset: int, length: int) -> None:

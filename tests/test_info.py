@@ -10,7 +10,6 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.mounting import mounted
-from tests.stores import CountingStore
+from tests.stores import CountingStore, v2_zarray
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.layout import Index
 from zarrfs.core.writeback import WriteBack
@@ -46,18 +45,7 @@ METADATA_NAMES = {
 # -- helpers --------------------------------------------------------------------------
 
 
-def zarray(shape: list[int], chunks: list[int], dtype: Any = "<i4", **extra: Any) -> dict:
-    return {
-        "zarr_format": 2,
-        "shape": shape,
-        "chunks": chunks,
-        "dtype": dtype,
-        "compressor": None,
-        "fill_value": 0,
-        "order": "C",
-        "filters": None,
-        **extra,
-    }
+zarray = v2_zarray
 
 
 def meta_of(path: str, doc: dict, attrs: dict | None = None) -> ArrayMeta:

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.mounting import mounted
+from tests.mounting import mounted, read_range
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import ChunkError, NotFoundError
 from zarrfs.stores.directory import DirectoryStore
@@ -374,14 +374,6 @@ MOUNT_BAD = (
     "v1-chunk-negative",
     "v1-unknown-compression",
 )
-
-
-def read_range(path: Path, offset: int, length: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
 
 
 @pytest.mark.mount

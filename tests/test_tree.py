@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.stores import CountingStore
+from tests.stores import CountingStore, v2_zarray
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import MetadataError, NotFoundError
 from zarrfs.tree import DirNode, FileNode, Tree
@@ -23,19 +23,7 @@ def write_json(path: Path, doc: object) -> None:
 
 
 def v2_array(path: Path, shape: list[int], chunks: list[int], dtype: str = "<i4") -> None:
-    write_json(
-        path / ".zarray",
-        {
-            "zarr_format": 2,
-            "shape": shape,
-            "chunks": chunks,
-            "dtype": dtype,
-            "compressor": None,
-            "fill_value": 0,
-            "order": "C",
-            "filters": None,
-        },
-    )
+    write_json(path / ".zarray", v2_zarray(shape, chunks, dtype))
 
 
 def make_tree(root: Path) -> Tree:

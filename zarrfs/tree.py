@@ -76,8 +76,8 @@ class Tree:
         # Set when the hierarchy is listed from .zmetadata alone (no per-node reads).
         self.consolidated: Consolidated | None = None
         self._consolidated_mtime: float | None = None
-        # The root's .zmetadata as read once at mount (None: missing), if it was read.
-        self._root_zmetadata: tuple[bytes | None] | None = None
+        # Read once: shown at the root, and (unless disabled) the source of the listing.
+        self._root_zmetadata = store.get(v2.CONSOLIDATED_KEY)
         if consolidated:
             self._open_consolidated()
         self.root = self._load_root()
@@ -87,8 +87,7 @@ class Tree:
     # -- loading (blocking: worker threads) -------------------------------------------
 
     def _open_consolidated(self) -> None:
-        data = self.store.get(v2.CONSOLIDATED_KEY)
-        self._root_zmetadata = (data,)
+        data = self._root_zmetadata
         if data is None:
             return
         try:
@@ -141,11 +140,8 @@ class Tree:
                 ", ".join(found.ignored),
                 next(iter(docs)),
             )
-        if isinstance(meta, GroupMeta) and not path:
-            if self._root_zmetadata is None:
-                docs.update(self._read_docs(path, (v2.CONSOLIDATED_KEY,)))
-            elif self._root_zmetadata[0] is not None:
-                docs[v2.CONSOLIDATED_KEY] = self._root_zmetadata[0]
+        if isinstance(meta, GroupMeta) and not path and self._root_zmetadata is not None:
+            docs[v2.CONSOLIDATED_KEY] = self._root_zmetadata
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         return DirNode(

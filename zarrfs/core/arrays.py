@@ -305,7 +305,6 @@ class ArrayState:
     def _write_runs(self, chunk_nbytes: int, offset: int, data: bytes | memoryview) -> None:
         """The fast path: whole elements into chunks that are runs of array.raw, one
         copy per chunk straight from the request."""
-        itemsize = self.meta.itemsize
         source = np.frombuffer(data, np.uint8)
         trailing = (0,) * (len(self.meta.shape) - 1)
         # A write that continues the last one and reaches a chunk's end: a stream
@@ -317,29 +316,31 @@ class ArrayState:
         done = 0
         for number, start, stop in contiguous_runs(chunk_nbytes, offset, len(data)):
             index = (number, *trailing)
-            if adoptable and start == 0 and stop == chunk_nbytes:
-                self._adopt(index, source[done : done + stop])
-                done += stop
-                if streaming:
-                    assert self.writeback is not None
-                    self.writeback.behind(self, index)
-                continue
-            dirty = self.dirty.get(index)
-            if dirty is None:
-                dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
-            target = self._writable(dirty)
-            if not target.flags.c_contiguous:  # reshape would copy: the write be lost
-                raise RuntimeError(f"{self.meta.display_name}: dirty chunk not contiguous")
-            target.reshape(-1).view(np.uint8)[start:stop] = source[done : done + stop - start]
+            piece = source[done : done + stop - start]
             done += stop - start
-            if dirty.mask is not None:
-                flat = dirty.mask.reshape(-1)
-                flat[start // itemsize : stop // itemsize] = True
-                if flat.all():
-                    dirty.mask = None
+            if adoptable and start == 0 and stop == chunk_nbytes:
+                self._adopt(index, piece)
+            else:
+                self._write_piece(index, start, stop, piece)
             if streaming and stop == chunk_nbytes:
                 assert self.writeback is not None
                 self.writeback.behind(self, index)
+
+    def _write_piece(self, index: Index, start: int, stop: int, piece: np.ndarray) -> None:
+        """Bytes ``[start, stop)`` of a chunk that is a run of array.raw."""
+        dirty = self.dirty.get(index)
+        if dirty is None:
+            dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
+        target = self._writable(dirty)
+        if not target.flags.c_contiguous:  # reshape would copy: the write be lost
+            raise RuntimeError(f"{self.meta.display_name}: dirty chunk not contiguous")
+        target.reshape(-1).view(np.uint8)[start:stop] = piece
+        if dirty.mask is not None:
+            flat = dirty.mask.reshape(-1)
+            itemsize = self.meta.itemsize
+            flat[start // itemsize : stop // itemsize] = True
+            if flat.all():
+                dirty.mask = None
 
     def _writable(self, dirty: Dirty) -> np.ndarray:
         """The dirty chunk's data, copied first if it is read-only (copy on write)."""
