@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ class FlakyStore(DirectoryStore):
         if self.failing:
             for item in staged:  # as the real commit does on failure
                 Path(item.temp).unlink()
-            raise StoreError("syncfs: input/output error", errno.EIO)
+            raise StoreError("fdatasync: input/output error", errno.EIO)
         self.commits.append(len(staged))
         super().commit(staged)
 
@@ -155,3 +156,36 @@ def test_a_whole_chunk_write_is_adopted_and_copied_on_write(tmp_path: Path) -> N
     trio.run(main)
     expected.reshape(-1)[4 * COLUMNS + 10 : 4 * COLUMNS + 20] = patch
     np.testing.assert_array_equal(stored(tmp_path), expected)
+
+
+def test_commit_syncs_each_staged_file_before_any_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durability is per file (fdatasync of the staged temp file), all before the first
+    rename: a crash can leave old chunks, never a renamed chunk whose bytes are not down.
+    Nothing else of the filesystem is synced (no syncfs/sync of other users' data)."""
+    store = DirectoryStore(str(tmp_path))
+    staged = [store.stage(f"g/{i}.0", bytes([i]) * 1000) for i in range(4)]
+    events: list[tuple[str, str]] = []
+    real_fdatasync, real_replace = os.fdatasync, os.replace
+
+    def fdatasync(fd: int) -> None:
+        events.append(("fdatasync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fdatasync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        events.append(("replace", src))
+        real_replace(src, dst)
+
+    def forbidden(*args: Any) -> None:
+        raise AssertionError("the whole filesystem must not be synced")
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "sync", forbidden)
+    store.commit(staged)
+    temps = [s.temp for s in staged]
+    assert events == [("fdatasync", t) for t in temps] + [("replace", t) for t in temps]
+    for i in range(4):
+        assert (tmp_path / "g" / f"{i}.0").read_bytes() == bytes([i]) * 1000
+    assert not list((tmp_path / "g").glob(f"*{TEMP_MARKER}*"))

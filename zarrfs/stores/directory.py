@@ -18,6 +18,7 @@ _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 # Temporary files are named ".<key name>.zarrfs-tmp-<random>" beside their target:
 # hidden, never a valid chunk or metadata key, and removed by ``cleanup``.
 TEMP_MARKER = ".zarrfs-tmp-"
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
 
 class DirectoryStore(Store):
@@ -94,13 +95,16 @@ class DirectoryStore(Store):
         directory, name = os.path.split(path)
         temp = os.path.join(directory, f".{name}{TEMP_MARKER}{secrets.token_hex(4)}")
         try:
-            os.makedirs(directory, exist_ok=True)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fd = os.open(temp, _CREATE, 0o644)
+            except FileNotFoundError:  # the first chunk of a new directory
+                os.makedirs(directory, exist_ok=True)
+                fd = os.open(temp, _CREATE, 0o644)
             try:
                 view = memoryview(value)
                 while view:
                     view = view[os.write(fd, view) :]
-                # Start writing it back now, so the batch's syncfs finds less to do.
+                # Start writing it back now, so the batch's fdatasyncs find less to do.
                 _start_writeback(fd)
             finally:
                 os.close(fd)
@@ -131,9 +135,9 @@ class DirectoryStore(Store):
         return self._write_temp(key, value)
 
     def commit(self, staged: list[Staged]) -> None:
-        """One ``syncfs`` for the whole batch instead of an fdatasync per file (the
-        journal commits once), then the renames; a crash before a rename leaves
-        the old value and a temporary file that the next mount removes."""
+        """Every staged file made durable, then the renames; a crash before a
+        rename leaves the old value and a temporary file that the next mount
+        removes."""
         done = 0
         try:
             _sync_data([s.temp for s in staged])
@@ -223,38 +227,17 @@ def _start_writeback(fd: int) -> None:
         _SYNC_FILE_RANGE(fd, ctypes.c_int64(0), ctypes.c_int64(0), _SYNC_FILE_RANGE_WRITE)
 
 
-def _libc_syncfs() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syncfs  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-_SYNCFS = _libc_syncfs()
-
-
 def _sync_data(paths: list[str]) -> None:
-    """Make the bytes of ``paths`` durable: one syncfs per filesystem, or an fdatasync
-    per file where there is no syncfs. (syncfs also writes other dirty data of that
-    filesystem; it reports write-back errors since Linux 5.8.)"""
-    if _SYNCFS is None:
-        for path in paths:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        return
-    by_device: dict[int, str] = {}
+    """Make the bytes of ``paths`` durable, one fdatasync each.
+
+    Each file started writing back when it was staged, so these mostly wait for
+    I/O already under way. (A ``syncfs`` per batch was tried: it also wrote back
+    every other dirty file of the filesystem, which cost a second per GiB the
+    user had written elsewhere.)"""
     for path in paths:
-        by_device.setdefault(os.stat(path).st_dev, path)
-    for path in by_device.values():
         fd = os.open(path, os.O_RDONLY)
         try:
-            if _SYNCFS(fd) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err))
+            os.fdatasync(fd)
         finally:
             os.close(fd)
 
