@@ -275,10 +275,12 @@ class Operations(pyfuse3.Operations):
             view.prefetch(handle.next_offset)
         else:
             handle.next_offset = off + size
-        data = await view.read(off, size)
         if not view.volatile:  # volatile views' handles bypass the page cache
+            # Before the read, not after: a write landing while it runs must
+            # invalidate the pages it fills (the kernel makes that invalidation wait
+            # for them), or they would keep the bytes from before the write.
             self.page_cached.add(handle.inode)
-        return data
+        return await view.read(off, size)
 
     @_boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
