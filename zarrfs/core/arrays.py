@@ -175,18 +175,21 @@ class ArrayState:
         end = min(offset + self._read_ahead_bytes(), meta.nbytes)
         ahead = self._prefetched_to
         start = ahead if offset <= ahead <= end else offset  # else: the reader jumped
-        if start >= end:
-            return
         run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
         if run is not None:
+            # Chunks the stream has passed (one kept for late requests) go first,
+            # also once the window has reached the end of the array.
             trailing = (0,) * (len(meta.shape) - 1)
-            # Chunks the stream has passed (one kept for late requests) go first.
             passed = offset // run - 1
             if passed < self._released_to - 1:  # the reader jumped back: a new stream
                 self._released_to = max(passed, 0)
             for number in range(self._released_to, passed):
                 self.cache.release(meta, (number, *trailing))
             self._released_to = max(self._released_to, passed)
+        if start >= end:
+            return
+        if run is not None:
+            trailing = (0,) * (len(meta.shape) - 1)
             for number, begin, _ in contiguous_runs(run, start, end - start):
                 if not self._prefetch_chunk((number, *trailing)):
                     self._prefetched_to = number * run + begin

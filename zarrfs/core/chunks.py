@@ -51,6 +51,8 @@ class _Flight:
     done: trio.Event = field(default_factory=trio.Event)
     value: np.ndarray | None = None
     error: BaseException | None = None
+    background: bool = False  # loaded ahead of a reader
+    passed: bool = False  # the stream went past it while it loaded: do not keep it
 
 
 class ChunkCache:
@@ -106,7 +108,7 @@ class ChunkCache:
             out = spare.pop() if spare else None
         # Nothing between registering the flight and queueing its job may raise:
         # waiters would wait for a load that never comes.
-        flight = _Flight()
+        flight = _Flight(background=priority == BACKGROUND)
         self._flights[key] = flight
         self.loads += 1
 
@@ -130,7 +132,7 @@ class ChunkCache:
             except Exception as e:
                 flight.error = e
             else:
-                if current:
+                if current and not flight.passed:
                     self._insert(key, flight.value)
                     if buffer is not None and key in self._entries:
                         self._backing[key] = buffer
@@ -226,6 +228,10 @@ class ChunkCache:
         key = (meta.path, index)
         if key in self._read_ahead_keys:
             self._drop(key)
+            return
+        flight = self._flights.get(key)
+        if flight is not None and flight.background:
+            flight.passed = True  # whoever waits for it still gets it
 
     def forget(self, path: str, index: Index) -> None:
         """Drop one chunk (a write is about to supersede it)."""
