@@ -37,12 +37,19 @@ log = logging.getLogger(__name__)
 
 DirtyKey = tuple[int, Index]
 
+# A streaming writer waits while more than this many bytes of finished chunks are
+# queued or being stored (or two chunks per worker, if more): it cannot outrun the
+# encoders by more, so chunk memory is reused instead of growing to the write-cache
+# budget. Measured here: fewer page faults and faster than no limit.
+BEHIND_LIMIT = 32 << 20
+
 
 class _Batch:
     """Chunks flushed together: staged one by one, committed at once."""
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: int, *, keep: bool = True) -> None:
         self.waiting = expected  # chunks neither staged nor given up yet
+        self.keep = keep  # stored chunks stay in the decoded-chunk cache
         self.staged: list[Any] = []
         self.ready = trio.Event()
         self.committed = trio.Event()
@@ -86,10 +93,18 @@ class WriteBack:
         # Oldest first; the cost is the one counted when the chunk became dirty.
         self._order: OrderedDict[DirtyKey, tuple[ArrayState, Index, Dirty, int]] = OrderedDict()
         self._resized: dict[int, tuple[ArrayState, float]] = {}
-        self._flush_lock = trio.Lock()
+        # One batch stages at a time and commits follow in that order, so the next
+        # batch encodes while the previous one is made durable and renamed.
+        self._stage_lock = trio.Lock()
+        self._commit_lock = trio.Lock()
+        # Chunks handed to a batch and not finished yet (stored and cached, or given
+        # back as dirty): a later batch waits for them before taking them again.
+        self._in_flight: dict[DirtyKey, tuple[ArrayState, trio.Event]] = {}
         # Chunks a sequential writer has finished: stored while it writes the next ones.
         self._behind: dict[DirtyKey, tuple[ArrayState, Index]] = {}
         self._behind_ready = trio.Event()
+        self._batch_done = trio.Event()
+        self._storing_behind = False  # run_write_behind is running
         self._meta_lock: trio.Lock | None = None
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-encode")
         self._unsynced: set[str] = set()  # chunk keys replaced but not yet made durable
@@ -121,49 +136,65 @@ class WriteBack:
 
     # -- flushing ---------------------------------------------------------------------
 
+    async def _take(self, state: ArrayState, index: Index) -> Dirty | None:
+        """The chunk's complete dirty version, once no earlier batch holds it."""
+        while True:
+            earlier = self._in_flight.get((id(state), index))
+            if earlier is not None:
+                await earlier[1].wait()  # its snapshot must be in place before ours
+                continue
+            dirty = state.dirty.get(index)
+            if dirty is None or dirty.mask is None:
+                return dirty
+            await state._materialise(index)
+
     async def _flush_chunk(self, state: ArrayState, index: Index, batch: _Batch) -> None:
         """Hand one dirty chunk to the batch; store it when the batch commits."""
         arrived = False
+        key = (id(state), index)
         try:
-            dirty = state.dirty.get(index)
+            dirty = await self._take(state, index)
             if dirty is None:
                 return
-            if dirty.mask is not None:
-                await state._materialise(index)
-                dirty = state.dirty.get(index)
-                if dirty is None:
-                    return
-            # Hand the chunk over instead of copying it: reads see it in ``flushing``,
-            # a write meanwhile starts a new dirty chunk from it.
-            meta = state.meta
-            del state.dirty[index]
-            self.dropped(state, index)
-            data = dirty.data
-            data.flags.writeable = False
-            state.flushing[index] = data
+            done = trio.Event()
+            self._in_flight[key] = (state, done)
             try:
-                staged = await self.pool.run(self._stage_chunk, meta, index, data)
-                if staged is not None:
-                    batch.staged.append(staged)
-                batch.arrive()
-                arrived = True
-                await batch.committed.wait()
-                if staged is not None and batch.error is not None:
-                    raise batch.error
-            except BaseException:
-                if index not in state.dirty:  # nothing lost: dirty again (read-only:
-                    state.dirty[index] = dirty  # the next write copies it first)
-                    self.track(state, index, dirty)
-                raise
+                # Hand the chunk over instead of copying it: reads see it in
+                # ``flushing``, a write meanwhile starts a new dirty chunk from it.
+                meta = state.meta
+                del state.dirty[index]
+                self.dropped(state, index)
+                data = dirty.data
+                data.flags.writeable = False
+                state.flushing[index] = data
+                try:
+                    staged = await self.pool.run(self._stage_chunk, meta, index, data)
+                    if staged is not None:
+                        batch.staged.append(staged)
+                    batch.arrive()
+                    arrived = True
+                    await batch.committed.wait()
+                    if staged is not None and batch.error is not None:
+                        raise batch.error
+                except BaseException:
+                    if index not in state.dirty:  # nothing lost: dirty again (read-only:
+                        state.dirty[index] = dirty  # the next write copies it first)
+                        self.track(state, index, dirty)
+                    raise
+                finally:
+                    self._unsynced.update(meta.chunk_keys(index))
+                    state.flushing.pop(index, None)
+                if state._is_stale(index):
+                    # A shrink overtook this store: the chunk must not outlive it.
+                    await self.pool.run(self._delete_chunk, meta, index)
+                    self.cache.forget(meta.path, index)
+                elif staged is None or batch.keep:
+                    self.cache.put(meta.path, index, None if staged is None else data)
+                else:
+                    self.cache.forget(meta.path, index)
             finally:
-                self._unsynced.update(meta.chunk_keys(index))
-                state.flushing.pop(index, None)
-            if state._is_stale(index):
-                # A shrink overtook this store: the chunk must not outlive it.
-                await self.pool.run(self._delete_chunk, meta, index)
-                self.cache.forget(meta.path, index)
-            else:
-                self.cache.put(meta.path, index, None if staged is None else data)
+                del self._in_flight[key]
+                done.set()
         finally:
             if not arrived:
                 batch.arrive()
@@ -198,15 +229,17 @@ class WriteBack:
                 self._unsynced.update(keys)
                 raise
 
-    async def _gather(self, jobs: Iterable[tuple[ArrayState, Index]]) -> None:
+    async def _gather(self, jobs: Iterable[tuple[ArrayState, Index]], *, keep: bool = True) -> None:
         """Flush chunks as one batch; raise the first failure after all have run.
 
         Chunks are encoded and staged concurrently, committed together (their bytes
-        made durable at once, then renamed into place), then their directories are
-        synced by ``sync``. One batch at a time, so an older snapshot of a chunk is
-        always in place before a newer one is staged.
+        made durable, then renamed into place), then their directories are synced
+        by ``sync``. With ``keep``, stored chunks stay in the decoded-chunk cache.
+        Batches stage one at a time and commit in that order, so the
+        next batch encodes while this one commits; a chunk still held by an earlier
+        batch waits for it, so an older snapshot never overtakes a newer one.
         """
-        jobs = list(jobs)
+        jobs = list(dict.fromkeys(jobs))  # twice in one batch would wait for itself
         errors: list[BaseException] = []
 
         async def one(state: ArrayState, index: Index, batch: _Batch) -> None:
@@ -215,27 +248,35 @@ class WriteBack:
             except ZarrfsError as e:
                 errors.append(e)
 
-        # Shielded: a batch cut short would leave its worker threads renaming
-        # older snapshots while the unmount's final flush stores newer ones.
-        async with self._flush_lock:
-            batch = _Batch(len(jobs))
+        batch = _Batch(len(jobs), keep=keep)
+        await self._stage_lock.acquire()
+        staging = True
+        try:
+            # Shielded: a batch cut short would leave its worker threads renaming
+            # older snapshots while the unmount's final flush stores newer ones.
             with trio.CancelScope(shield=True):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._commit, batch)
                     for state, index in jobs:
                         nursery.start_soon(one, state, index, batch)
+                    await batch.ready.wait()
+                    await self._commit_lock.acquire()  # before the next batch can stage
+                    self._stage_lock.release()
+                    staging = False
+                    try:
+                        if batch.staged:
+                            await self.pool.run(self.store.commit, batch.staged)
+                    except ZarrfsError as e:
+                        batch.error = e
+                    finally:
+                        self._commit_lock.release()
+                        batch.committed.set()
+        finally:
+            if staging:
+                self._stage_lock.release()
+            self._batch_done.set()
+            self._batch_done = trio.Event()
         if errors:
             raise errors[0]
-
-    async def _commit(self, batch: _Batch) -> None:
-        await batch.ready.wait()
-        try:
-            if batch.staged:
-                await self.pool.run(self.store.commit, batch.staged)
-        except ZarrfsError as e:
-            batch.error = e
-        finally:
-            batch.committed.set()
 
     async def flush_metadata(self, state: ArrayState) -> None:
         if self._meta_lock is None:
@@ -299,7 +340,7 @@ class WriteBack:
 
     async def flush_array(self, state: ArrayState) -> None:
         """Everything of one array into the store (fsync, close). Errors propagate."""
-        await self._gather([(state, index) for index in list(state.dirty)])
+        await self._gather(self._unstored(state))
         await self.sync()
         await self.flush_metadata(state)
         if state.tail:
@@ -308,17 +349,24 @@ class WriteBack:
                 "are pending"
             )
 
+    def _unstored(self, state: ArrayState) -> list[tuple[ArrayState, Index]]:
+        """Its dirty chunks, and those an earlier batch holds: that batch may fail and
+        give them back, and an fsync must not return before they are stored."""
+        held = [(state, i) for (s, i) in self._in_flight if s == id(state)]
+        return [(state, index) for index in state.dirty] + held
+
     def states(self) -> list[ArrayState]:
         """Arrays with anything not yet in the store."""
         states = {id(s): s for s, _, _, _ in self._order.values()}
         states.update({k: s for k, (s, _) in self._resized.items()})
+        states.update({k: s for (k, _), (s, _) in self._in_flight.items()})
         return list(states.values())
 
     async def flush_all(self) -> None:
         errors = []
         for state in self.states():
             try:
-                await self._gather([(state, index) for index in list(state.dirty)])
+                await self._gather(self._unstored(state))
                 await self.sync()
                 await self.flush_metadata(state)
             except ZarrfsError as e:
@@ -327,8 +375,18 @@ class WriteBack:
         if errors:
             raise errors[0]
 
+    def _too_far_behind(self) -> bool:
+        if not (self._storing_behind and self._behind):
+            return False
+        queued = [s.meta.chunk_nbytes for s, _ in self._behind.values()]
+        held = sum(s.meta.chunk_nbytes for s, _ in self._in_flight.values())
+        return sum(queued) + held > max(BEHIND_LIMIT, 2 * self.pool.threads * max(queued))
+
     async def relieve(self) -> None:
-        """Past the dirty budget: flush the oldest chunks until under half of it."""
+        """After a write: wait while a streaming writer is too far ahead of the
+        encoders; past the dirty budget, flush the oldest chunks to half of it."""
+        while self._too_far_behind():
+            await self._batch_done.wait()
         if self.dirty_bytes <= self.budget:
             return
         jobs = []
@@ -346,12 +404,13 @@ class WriteBack:
         Encoding then overlaps with the writes that follow instead of all waiting
         for the writer's fsync or close; durability is unchanged (fsync/close).
         """
+        self._storing_behind = True
         while True:
             await self._behind_ready.wait()
             self._behind_ready = trio.Event()
             jobs, self._behind = list(self._behind.values()), {}
             try:
-                await self._gather(jobs)
+                await self._gather(jobs, keep=False)
             except ZarrfsError as e:
                 log.warning("background store failed (the chunks stay dirty): %s", e)
 
