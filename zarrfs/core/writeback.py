@@ -93,20 +93,25 @@ class WriteBack:
         # Oldest first; the cost is the one counted when the chunk became dirty.
         self._order: OrderedDict[DirtyKey, tuple[ArrayState, Index, Dirty, int]] = OrderedDict()
         self._resized: dict[int, tuple[ArrayState, float]] = {}
-        # One batch stages at a time and commits follow in that order, so the next
-        # batch encodes while the previous one is made durable and renamed.
-        self._stage_lock = trio.Lock()
+        # Batches run concurrently; their commits one at a time.
         self._commit_lock = trio.Lock()
         # Chunks handed to a batch and not finished yet (stored and cached, or given
-        # back as dirty): a later batch waits for them before taking them again.
+        # back as dirty): a later batch waits for them before taking them again, so
+        # an older snapshot never overtakes a newer one.
         self._in_flight: dict[DirtyKey, tuple[ArrayState, trio.Event]] = {}
         # Chunks a sequential writer has finished: stored while it writes the next ones.
         self._behind: dict[DirtyKey, tuple[ArrayState, Index]] = {}
         self._behind_ready = trio.Event()
-        self._batch_done = trio.Event()
+        self._behind_done = trio.Event()
         self._storing_behind = False  # run_write_behind is running
+        self._behind_held = 0  # bytes of chunks in write-behind batches
+        self._behind_largest = 0  # the largest chunk queued behind so far
         self._meta_lock: trio.Lock | None = None
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-encode")
+        # Commits and directory syncs mostly wait for the disk: in a thread of their
+        # own they leave every core to encoding (measured: zlib-1 writers had the
+        # encoders idle ~10% of the time, blocked in fdatasync).
+        self.io_pool = WorkerPool(1, "zarrfs-commit")
         self._unsynced: set[str] = set()  # chunk keys replaced but not yet made durable
 
     # -- bookkeeping called by ArrayState (trio thread, no awaits) ---------------------
@@ -129,6 +134,7 @@ class WriteBack:
     def behind(self, state: ArrayState, index: Index) -> None:
         """A streaming writer has moved past this chunk: store it in the background."""
         self._behind[(id(state), index)] = (state, index)
+        self._behind_largest = max(self._behind_largest, state.meta.chunk_nbytes)
         self._behind_ready.set()
 
     def resized(self, state: ArrayState) -> None:
@@ -224,7 +230,7 @@ class WriteBack:
         if keys:
             try:
                 with trio.CancelScope(shield=True):
-                    await self.pool.run(self.store.sync, keys)
+                    await self.io_pool.run(self.store.sync, keys)
             except BaseException:
                 self._unsynced.update(keys)
                 raise
@@ -235,9 +241,9 @@ class WriteBack:
         Chunks are encoded and staged concurrently, committed together (their bytes
         made durable, then renamed into place), then their directories are synced
         by ``sync``. With ``keep``, stored chunks stay in the decoded-chunk cache.
-        Batches stage one at a time and commit in that order, so the
-        next batch encodes while this one commits; a chunk still held by an earlier
-        batch waits for it, so an older snapshot never overtakes a newer one.
+        Batches run concurrently (the workers' queue bounds the parallelism), so one
+        encodes while another commits; a chunk still held by an earlier batch waits
+        for it, so an older snapshot never overtakes a newer one.
         """
         jobs = list(dict.fromkeys(jobs))  # twice in one batch would wait for itself
         errors: list[BaseException] = []
@@ -249,32 +255,21 @@ class WriteBack:
                 errors.append(e)
 
         batch = _Batch(len(jobs), keep=keep)
-        await self._stage_lock.acquire()
-        staging = True
-        try:
-            # Shielded: a batch cut short would leave its worker threads renaming
-            # older snapshots while the unmount's final flush stores newer ones.
-            with trio.CancelScope(shield=True):
-                async with trio.open_nursery() as nursery:
-                    for state, index in jobs:
-                        nursery.start_soon(one, state, index, batch)
-                    await batch.ready.wait()
-                    await self._commit_lock.acquire()  # before the next batch can stage
-                    self._stage_lock.release()
-                    staging = False
-                    try:
+        # Shielded: a batch cut short would leave its worker threads renaming
+        # older snapshots while the unmount's final flush stores newer ones.
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for state, index in jobs:
+                    nursery.start_soon(one, state, index, batch)
+                await batch.ready.wait()
+                try:
+                    async with self._commit_lock:
                         if batch.staged:
-                            await self.pool.run(self.store.commit, batch.staged)
-                    except ZarrfsError as e:
-                        batch.error = e
-                    finally:
-                        self._commit_lock.release()
-                        batch.committed.set()
-        finally:
-            if staging:
-                self._stage_lock.release()
-            self._batch_done.set()
-            self._batch_done = trio.Event()
+                            await self.io_pool.run(self.store.commit, batch.staged)
+                except ZarrfsError as e:
+                    batch.error = e
+                finally:
+                    batch.committed.set()
         if errors:
             raise errors[0]
 
@@ -376,17 +371,17 @@ class WriteBack:
             raise errors[0]
 
     def _too_far_behind(self) -> bool:
-        if not (self._storing_behind and self._behind):
+        if not self._storing_behind:
             return False
-        queued = [s.meta.chunk_nbytes for s, _ in self._behind.values()]
-        held = sum(s.meta.chunk_nbytes for s, _ in self._in_flight.values())
-        return sum(queued) + held > max(BEHIND_LIMIT, 2 * self.pool.threads * max(queued))
+        queued = sum(s.meta.chunk_nbytes for s, _ in self._behind.values())
+        limit = max(BEHIND_LIMIT, 2 * self.pool.threads * self._behind_largest)
+        return queued + self._behind_held > limit
 
     async def relieve(self) -> None:
         """After a write: wait while a streaming writer is too far ahead of the
         encoders; past the dirty budget, flush the oldest chunks to half of it."""
         while self._too_far_behind():
-            await self._batch_done.wait()
+            await self._behind_done.wait()
         if self.dirty_bytes <= self.budget:
             return
         jobs = []
@@ -403,16 +398,28 @@ class WriteBack:
 
         Encoding then overlaps with the writes that follow instead of all waiting
         for the writer's fsync or close; durability is unchanged (fsync/close).
+        Each batch starts as soon as chunks are queued, without waiting for the one
+        before, so the workers stay busy; ``relieve`` bounds how much is held.
         """
         self._storing_behind = True
-        while True:
-            await self._behind_ready.wait()
-            self._behind_ready = trio.Event()
-            jobs, self._behind = list(self._behind.values()), {}
-            try:
-                await self._gather(jobs, keep=False)
-            except ZarrfsError as e:
-                log.warning("background store failed (the chunks stay dirty): %s", e)
+        async with trio.open_nursery() as nursery:
+            while True:
+                await self._behind_ready.wait()
+                self._behind_ready = trio.Event()
+                jobs, self._behind = list(self._behind.values()), {}
+                held = sum(state.meta.chunk_nbytes for state, _ in jobs)
+                self._behind_held += held
+                nursery.start_soon(self._store_behind, jobs, held)
+
+    async def _store_behind(self, jobs: list[tuple[ArrayState, Index]], held: int) -> None:
+        try:
+            await self._gather(jobs, keep=False)
+        except ZarrfsError as e:
+            log.warning("background store failed (the chunks stay dirty): %s", e)
+        finally:
+            self._behind_held -= held
+            self._behind_done.set()  # a writer held back may go on
+            self._behind_done = trio.Event()
 
     async def run_periodic(self) -> None:
         """Flush what has been dirty longer than the flush interval, forever."""
