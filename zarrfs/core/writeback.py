@@ -40,7 +40,7 @@ DirtyKey = tuple[int, Index]
 # A streaming writer waits while more than this many bytes of finished chunks are
 # queued or being stored (or two chunks per worker, if more): it cannot outrun the
 # encoders by more, so chunk memory is reused instead of growing to the write-cache
-# budget. Measured here: fewer page faults and faster than no limit.
+# budget (measured: ~11 000 instead of ~58 000 page faults per 256 MiB rewritten).
 BEHIND_LIMIT = 32 << 20
 
 
@@ -109,8 +109,7 @@ class WriteBack:
         self._meta_lock: trio.Lock | None = None
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-encode")
         # Commits and directory syncs mostly wait for the disk: in a thread of their
-        # own they leave every core to encoding (measured: zlib-1 writers had the
-        # encoders idle ~10% of the time, blocked in fdatasync).
+        # own, such a wait does not hold an encoder's core idle.
         self.io_pool = WorkerPool(1, "zarrfs-commit")
         self._unsynced: set[str] = set()  # chunk keys replaced but not yet made durable
 
