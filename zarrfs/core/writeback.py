@@ -4,8 +4,9 @@ A chunk is flushed by encoding a snapshot of it in a worker thread and storing i
 atomically (or deleting it, when it is all fill value). The chunk stays dirty until
 the store has it: if storing fails, the error goes to whoever asked for the flush
 (fsync, close) and nothing is lost. If the chunk changed while its snapshot was
-being stored, it stays dirty for the next flush. One lock per chunk keeps an older
-snapshot from overtaking a newer one in the store.
+being stored, it stays dirty for the next flush. A chunk held by one batch is not
+taken by another until the first is done with it, so an older snapshot never
+overtakes a newer one in the store.
 
 Order at a flush of an array: chunks, then the metadata document (new shape), then
 the deletion of chunks a shrink left beyond the end.
@@ -397,26 +398,33 @@ class WriteBack:
 
         Encoding then overlaps with the writes that follow instead of all waiting
         for the writer's fsync or close; durability is unchanged (fsync/close).
-        Each batch starts as soon as chunks are queued, without waiting for the one
-        before, so the workers stay busy; ``relieve`` bounds how much is held.
+        A batch starts without waiting for the one before, up to one more batch
+        than there are workers: enough to keep them busy, and while they are,
+        chunks gather into larger batches (each batch costs the event loop tasks
+        and a commit). ``relieve`` bounds how much is held.
         """
         self._storing_behind = True
+        slots = trio.Semaphore(self.pool.threads + 1)
         async with trio.open_nursery() as nursery:
             while True:
                 await self._behind_ready.wait()
+                await slots.acquire()
                 self._behind_ready = trio.Event()
                 jobs, self._behind = list(self._behind.values()), {}
                 held = sum(state.meta.chunk_nbytes for state, _ in jobs)
                 self._behind_held += held
-                nursery.start_soon(self._store_behind, jobs, held)
+                nursery.start_soon(self._store_behind, jobs, held, slots)
 
-    async def _store_behind(self, jobs: list[tuple[ArrayState, Index]], held: int) -> None:
+    async def _store_behind(
+        self, jobs: list[tuple[ArrayState, Index]], held: int, slots: trio.Semaphore
+    ) -> None:
         try:
             await self._gather(jobs, keep=False)
         except ZarrfsError as e:
             log.warning("background store failed (the chunks stay dirty): %s", e)
         finally:
             self._behind_held -= held
+            slots.release()
             self._behind_done.set()  # a writer held back may go on
             self._behind_done = trio.Event()
 
