@@ -153,11 +153,15 @@ def test_write_behind_chunks_are_not_kept_in_the_chunk_cache(tmp_path: Path) -> 
     trio.run(main)
 
 
+@pytest.mark.parametrize("bound", ["limit", "write-cache-size"])
 def test_a_streaming_writer_waits_when_too_far_ahead_of_the_encoders(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
 ) -> None:
     state, writeback, store, data = gated(tmp_path)
-    monkeypatch.setattr(writeback_module, "BEHIND_LIMIT", CHUNK)
+    if bound == "limit":
+        monkeypatch.setattr(writeback_module, "BEHIND_LIMIT", CHUNK)
+    else:
+        writeback.budget = CHUNK  # a small write cache bounds it too
     writeback.pool.threads = 1  # the limit is then max(one chunk, two chunks)
     raw = (data + 1).tobytes()
 

@@ -374,7 +374,8 @@ class WriteBack:
         if not self._storing_behind:
             return False
         queued = sum(s.meta.chunk_nbytes for s, _ in self._behind.values())
-        limit = max(BEHIND_LIMIT, 2 * self.pool.threads * self._behind_largest)
+        # A smaller --write-cache-size also bounds what a stream may leave behind.
+        limit = max(min(BEHIND_LIMIT, self.budget), 2 * self.pool.threads * self._behind_largest)
         return queued + self._behind_held > limit
 
     async def relieve(self) -> None:
