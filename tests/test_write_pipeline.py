@@ -182,3 +182,57 @@ def test_a_streaming_writer_waits_when_too_far_ahead_of_the_encoders(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_batches_sharing_chunks_in_opposite_orders_do_not_wait_for_each_other(
+    tmp_path: Path,
+) -> None:
+    """Two batches (say write-behind and an fsync) share a whole chunk and a partly
+    written one, listed in opposite orders. The first batch is slow to merge the
+    partial chunk with the stored one; the second finds it loaded and goes ahead.
+    Neither may hold one chunk while waiting for the other batch's."""
+    state, writeback, _, data = gated(tmp_path)
+    cache_get = state.cache.get
+    calls = 0
+
+    async def slow_first_merge(meta: Any, index: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        chunk = await cache_get(meta, index, **kwargs)
+        calls += 1
+        if calls == 1:
+            await trio.sleep(0.3)  # the first batch's merge resumes late
+        return chunk
+
+    state.cache.get = slow_first_merge  # type: ignore[method-assign]
+    whole = (data[:4] + 1).tobytes()  # chunk 0, all of it
+    part = (data[4:5] + 2).tobytes()  # the first row of chunk 1
+
+    async def main() -> None:
+        await state.write(0, whole)
+        await state.write(CHUNK, part)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writeback._gather, [(state, (0, 0)), (state, (1, 0))])
+            await trio.sleep(0.1)
+            nursery.start_soon(writeback._gather, [(state, (1, 0)), (state, (0, 0))])
+        assert not state.dirty
+
+    # Batches are shielded from cancellation, so a deadlock is caught from outside.
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            trio.run(main)
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert outcome, "the two batches wait for each other"
+    if outcome[0] is not None:
+        raise outcome[0]
+    expected = data.copy()
+    expected[:4] += 1
+    expected[4:5] += 2
+    np.testing.assert_array_equal(stored(tmp_path), expected)

@@ -14,6 +14,7 @@ the deletion of chunks a shrink left beyond the end.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -154,54 +155,55 @@ class WriteBack:
                 return dirty
             await state._materialise(index)
 
-    async def _flush_chunk(self, state: ArrayState, index: Index, batch: _Batch) -> None:
-        """Hand one dirty chunk to the batch; store it when the batch commits."""
+    def _hand_over(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
+        """The batch holds the chunk from now on (no await since it was taken).
+
+        It is handed over instead of copied: reads see it in ``flushing``, and a
+        write meanwhile starts a new dirty chunk from it.
+        """
+        del state.dirty[index]
+        self.dropped(state, index)
+        dirty.data.flags.writeable = False
+        state.flushing[index] = dirty.data
+        self._in_flight[(id(state), index)] = (state, trio.Event())
+
+    async def _flush_chunk(
+        self, state: ArrayState, index: Index, dirty: Dirty, batch: _Batch
+    ) -> None:
+        """Store one chunk the batch holds when the batch commits."""
         arrived = False
         key = (id(state), index)
         try:
-            dirty = await self._take(state, index)
-            if dirty is None:
-                return
-            done = trio.Event()
-            self._in_flight[key] = (state, done)
+            meta = state.meta
+            data = dirty.data
             try:
-                # Hand the chunk over instead of copying it: reads see it in
-                # ``flushing``, a write meanwhile starts a new dirty chunk from it.
-                meta = state.meta
-                del state.dirty[index]
-                self.dropped(state, index)
-                data = dirty.data
-                data.flags.writeable = False
-                state.flushing[index] = data
-                try:
-                    staged = await self.pool.run(self._stage_chunk, meta, index, data)
-                    if staged is not None:
-                        batch.staged.append(staged)
-                    batch.arrive()
-                    arrived = True
-                    await batch.committed.wait()
-                    if staged is not None and batch.error is not None:
-                        raise batch.error
-                except BaseException:
-                    if index not in state.dirty:  # nothing lost: dirty again (read-only:
-                        state.dirty[index] = dirty  # the next write copies it first)
-                        self.track(state, index, dirty)
-                    raise
-                finally:
-                    self._unsynced.update(meta.chunk_keys(index))
-                    state.flushing.pop(index, None)
-                if state._is_stale(index):
-                    # A shrink overtook this store: the chunk must not outlive it.
-                    await self.pool.run(self._delete_chunk, meta, index)
-                    self.cache.forget(meta.path, index)
-                elif staged is None or batch.keep:
-                    self.cache.put(meta.path, index, None if staged is None else data)
-                else:
-                    self.cache.forget(meta.path, index)
+                staged = await self.pool.run(self._stage_chunk, meta, index, data)
+                if staged is not None:
+                    batch.staged.append(staged)
+                batch.arrive()
+                arrived = True
+                await batch.committed.wait()
+                if staged is not None and batch.error is not None:
+                    raise batch.error
+            except BaseException:
+                if index not in state.dirty:  # nothing lost: dirty again (read-only:
+                    state.dirty[index] = dirty  # the next write copies it first)
+                    self.track(state, index, dirty)
+                raise
             finally:
-                del self._in_flight[key]
-                done.set()
+                self._unsynced.update(meta.chunk_keys(index))
+                state.flushing.pop(index, None)
+            if state._is_stale(index):
+                # A shrink overtook this store: the chunk must not outlive it.
+                await self.pool.run(self._delete_chunk, meta, index)
+                self.cache.forget(meta.path, index)
+            elif staged is None or batch.keep:
+                self.cache.put(meta.path, index, None if staged is None else data)
+            else:
+                self.cache.forget(meta.path, index)
         finally:
+            _, done = self._in_flight.pop(key)
+            done.set()
             if not arrived:
                 batch.arrive()
 
@@ -245,22 +247,45 @@ class WriteBack:
         encodes while another commits; a chunk still held by an earlier batch waits
         for it, so an older snapshot never overtakes a newer one.
         """
-        jobs = list(dict.fromkeys(jobs))  # twice in one batch would wait for itself
+        # Each chunk once (twice would wait for itself), and taken in one global
+        # order: a batch waits for a chunk another batch holds while holding only
+        # chunks that come earlier, so no two batches can wait for each other.
+        jobs = sorted(dict.fromkeys(jobs), key=lambda job: (id(job[0]), job[1]))
         errors: list[BaseException] = []
 
-        async def one(state: ArrayState, index: Index, batch: _Batch) -> None:
+        async def complete(state: ArrayState, index: Index) -> None:
+            with contextlib.suppress(ZarrfsError):  # reported when the chunk is taken
+                await state._materialise(index)
+
+        async def one(state: ArrayState, index: Index, dirty: Dirty, batch: _Batch) -> None:
             try:
-                await self._flush_chunk(state, index, batch)
+                await self._flush_chunk(state, index, dirty, batch)
             except ZarrfsError as e:
                 errors.append(e)
 
+        # Partly written chunks are merged with the stored ones first, concurrently
+        # and holding nothing; taking them below then rarely has to wait.
+        partial = [(s, i) for s, i in jobs if getattr(s.dirty.get(i), "mask", None) is not None]
+        if partial:
+            async with trio.open_nursery() as nursery:
+                for state, index in partial:
+                    nursery.start_soon(complete, state, index)
         batch = _Batch(len(jobs), keep=keep)
         # Shielded: a batch cut short would leave its worker threads renaming
         # older snapshots while the unmount's final flush stores newer ones.
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
                 for state, index in jobs:
-                    nursery.start_soon(one, state, index, batch)
+                    try:
+                        dirty = await self._take(state, index)
+                    except ZarrfsError as e:
+                        dirty = None
+                        errors.append(e)
+                    if dirty is None:
+                        batch.arrive()
+                        continue
+                    self._hand_over(state, index, dirty)
+                    nursery.start_soon(one, state, index, dirty, batch)
                 await batch.ready.wait()
                 try:
                     async with self._commit_lock:
