@@ -99,6 +99,15 @@ async def wait_for(predicate: Any, what: str) -> None:
     raise AssertionError(what)
 
 
+async def stream_behind(
+    state: ArrayState, writeback: WriteBack, store: FlakyStore, raw: bytes
+) -> None:
+    """Write three chunks in small pieces, as a stream, until write-behind stored them."""
+    for offset in range(0, 3 * CHUNK, 512):
+        await state.write(offset, raw[offset : offset + 512])
+    await wait_for(lambda: sum(store.commits) == 3, "write-behind stored too little")
+
+
 def test_write_behind_stores_finished_chunks_of_a_stream(tmp_path: Path) -> None:
     state, writeback, store, data = make(tmp_path)
     new = data * 2
@@ -106,11 +115,8 @@ def test_write_behind_stores_finished_chunks_of_a_stream(tmp_path: Path) -> None
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writeback.run_write_behind)
-            raw = new.tobytes()
-            for offset in range(0, 3 * CHUNK, 512):  # three chunks, in small pieces
-                await state.write(offset, raw[offset : offset + 512])
             # Every chunk the stream finished is stored without an fsync.
-            await wait_for(lambda: sum(store.commits) == 3, "write-behind stored too little")
+            await stream_behind(state, store, new.tobytes())
             assert not state.dirty
             on_disk = stored(tmp_path)
             np.testing.assert_array_equal(on_disk[:12], new[:12])

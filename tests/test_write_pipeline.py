@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import trio
 
-from tests.test_write_batches import CHUNK, FlakyStore, make, stored, wait_for
+from tests.test_write_batches import (
+    CHUNK,
+    FlakyStore,
+    make,
+    stored,
+    stream_behind,
+    wait_for,
+)
 from zarrfs.core import writeback as writeback_module
 from zarrfs.errors import StoreError
 
@@ -141,10 +148,7 @@ def test_write_behind_chunks_are_not_kept_in_the_chunk_cache(tmp_path: Path) -> 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writeback.run_write_behind)
-            raw = new.tobytes()
-            for offset in range(0, 3 * CHUNK, 512):  # a stream through three chunks
-                await state.write(offset, raw[offset : offset + 512])
-            await wait_for(lambda: sum(store.commits) == 3, "write-behind stored too little")
+            await stream_behind(state, store, new.tobytes())
             for index in ((0, 0), (1, 0), (2, 0)):
                 assert not state.cache.has(state.meta.path, index)
             nursery.cancel_scope.cancel()
