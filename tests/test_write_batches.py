@@ -99,9 +99,7 @@ async def wait_for(predicate: Any, what: str) -> None:
     raise AssertionError(what)
 
 
-async def stream_behind(
-    state: ArrayState, writeback: WriteBack, store: FlakyStore, raw: bytes
-) -> None:
+async def stream_behind(state: ArrayState, store: FlakyStore, raw: bytes) -> None:
     """Write three chunks in small pieces, as a stream, until write-behind stored them."""
     for offset in range(0, 3 * CHUNK, 512):
         await state.write(offset, raw[offset : offset + 512])
