@@ -110,8 +110,8 @@ class WriteBack:
         self._behind_largest = 0  # the largest chunk queued behind so far
         self._meta_lock: trio.Lock | None = None
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-encode")
-        # Commits and directory syncs mostly wait for the disk: in a thread of their
-        # own, such a wait does not hold an encoder's core idle.
+        # Commits, directory syncs, deletions and metadata mostly wait for the disk:
+        # in a thread of their own, such a wait does not hold an encoder's core idle.
         self.io_pool = WorkerPool(1, "zarrfs-commit")
         self._unsynced: set[str] = set()  # chunk keys replaced but not yet made durable
 
@@ -195,7 +195,7 @@ class WriteBack:
                 state.flushing.pop(index, None)
             if state._is_stale(index):
                 # A shrink overtook this store: the chunk must not outlive it.
-                await self.pool.run(self._delete_chunk, meta, index)
+                await self.io_pool.run(self._delete_chunk, meta, index)
                 self.cache.forget(meta.path, index)
             elif staged is None or batch.keep:
                 self.cache.put(meta.path, index, None if staged is None else data)
@@ -265,7 +265,7 @@ class WriteBack:
 
         # Partly written chunks are merged with the stored ones first, concurrently
         # and holding nothing; taking them below then rarely has to wait.
-        partial = [(s, i) for s, i in jobs if getattr(s.dirty.get(i), "mask", None) is not None]
+        partial = [(s, i) for s, i in jobs if i in s.dirty and s.dirty[i].mask is not None]
         if partial:
             async with trio.open_nursery() as nursery:
                 for state, index in partial:
@@ -318,7 +318,7 @@ class WriteBack:
             stale_keys = [key for index in stale for key in meta.chunk_keys(index)]
             try:
                 with trio.CancelScope(shield=True):
-                    await self.pool.run(
+                    await self.io_pool.run(
                         self._store_metadata,
                         join_key(meta.path, name),
                         document,

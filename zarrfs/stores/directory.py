@@ -117,19 +117,12 @@ class DirectoryStore(Store):
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         """Temporary file in the same directory, fsync, rename over, fsync the directory."""
         staged = self._write_temp(key, value)
-        try:
-            fd = os.open(staged.temp, os.O_RDONLY)
+        self.commit([staged])  # the bytes and size, before the rename makes them visible
+        if durable:
             try:
-                os.fdatasync(fd)  # the bytes and size, before the rename makes them visible
-            finally:
-                os.close(fd)
-            os.replace(staged.temp, staged.path)
-            if durable:
                 _fsync_directory(os.path.dirname(staged.path))
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.unlink(staged.temp)
-            raise StoreError(f"writing {key!r}: {e.strerror}", e.errno or errno.EIO) from e
+            except OSError as e:
+                raise StoreError(f"writing {key!r}: {e.strerror}", e.errno or errno.EIO) from e
 
     def stage(self, key: str, value: bytes) -> Staged:
         return self._write_temp(key, value)
