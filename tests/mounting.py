@@ -7,7 +7,9 @@ killed by its PID. A mount that cannot come up fails the test, never skips it.
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -71,17 +73,42 @@ def wait_for_mount(path: str, process: subprocess.Popen, log_file: Path) -> None
         time.sleep(0.02)
 
 
+def peak_rss(process: subprocess.Popen) -> int:
+    """The daemon's peak resident memory so far, in bytes (VmHWM)."""
+    with open(f"/proc/{process.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for pid {process.pid}")
+
+
+def _address_space_cap(nbytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+
+
 @contextmanager
-def mounted(store: str | Path, *options: str, log_dir: Path | None = None) -> Iterator[Mounted]:
-    """Mount ``store`` in the foreground in a subprocess; unmount on every exit path."""
+def mounted(
+    store: str | Path,
+    *options: str,
+    log_dir: Path | None = None,
+    memory_limit: int | None = None,
+) -> Iterator[Mounted]:
+    """Mount ``store`` in the foreground in a subprocess; unmount on every exit path.
+
+    ``memory_limit`` caps the daemon's address space (RLIMIT_AS), so a test of
+    hostile input that regresses fails instead of taking the machine down; assert
+    on ``peak_rss`` to see how much the daemon really used.
+    """
     mountpoint = tempfile.mkdtemp(prefix="zarrfs-mnt-")
     log_file = Path(tempfile.mkstemp(prefix="zarrfs-log-", dir=log_dir)[1])
+    limit = None if memory_limit is None else functools.partial(_address_space_cap, memory_limit)
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
             zarrfs_command("mount", "-f", *options, str(store), mountpoint),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=limit,
         )
     busy: str | None = None
     try:

@@ -47,6 +47,12 @@ class StoreError(ZarrfsError):
         self.errno = err
 
 
+class InvalidValueError(StoreError):
+    """A key exists but its value may not be read: not a regular file inside the
+    store (a symlink, FIFO, device, directory), or larger than the caller's limit.
+    Hostile or broken content, not a passing fault: callers may remember it."""
+
+
 class NotFoundError(ZarrfsError):
     errno = errnos.ENOENT
 
