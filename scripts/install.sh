@@ -3,6 +3,9 @@
 #   - system packages: fuse3, libfuse3-dev, pkg-config, gcc + libc6-dev, and python3 /
 #     python3-dev / python3-venv when the current python3 lacks them
 #     (pyfuse3 is built from its sdist against libfuse3);
+#   - every program the tests and scripts run (see PROGRAMS below): fio, getfattr
+#     (attr), mount/umount/findmnt (util-linux, mount), dd/cat/ls/truncate/mkfifo
+#     (coreutils), od (coreutils);
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
 #     test extra (pytest, hypothesis, zarr, ruff).
 # Safe to run again: apt is skipped when nothing is missing, the venv is reused.
@@ -21,8 +24,12 @@ pkg_installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
 }
 
+# The build of pyfuse3, and the programs the tests and scripts run (each test that
+# runs one fails loudly without it: never a skip). Keep this list in step with
+# tests/test_install.py, which checks every program named there is on PATH.
+PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils)
 need=()
-for pkg in fuse3 libfuse3-dev pkg-config gcc libc6-dev; do
+for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")
 done
 
@@ -51,7 +58,7 @@ if [ "${#need[@]}" -gt 0 ]; then
     "${SUDO[@]}" apt-get update -q
     "${SUDO[@]}" apt-get install -y -q "${need[@]}"
 else
-    say "Debian packages already installed (fuse3 libfuse3-dev pkg-config gcc libc6-dev; python3 headers + venv)"
+    say "Debian packages already installed (${PACKAGES[*]}; python3 headers + venv)"
 fi
 
 # ------------------------------------------------------------------ /dev/fuse
