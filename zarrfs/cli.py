@@ -14,16 +14,21 @@ import os
 import subprocess
 import sys
 import time
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from zarrfs import runstate
 from zarrfs.core.chunks import parse_size
 from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import PID_XATTR
 
+if TYPE_CHECKING:
+    from zarrfs.mount import MountOptions, PreparedMount
+
 log = logging.getLogger("zarrfs")
 
+ZARRFS_FSTYPE = "fuse.zarrfs"  # the mount's subtype, as /proc/self/mountinfo shows it
 LOG_FORMAT = "%(asctime)s zarrfs[%(process)d] %(levelname)s %(name)s: %(message)s"
 
 
@@ -64,6 +69,19 @@ def check_mountpoint(mountpoint: str) -> None:
             fail(f"mountpoint {mountpoint!r} is not empty")
     except OSError as e:
         fail(f"mountpoint {mountpoint!r}: {e.strerror}")
+
+
+def check_not_nested(store: str, mountpoint: str) -> None:
+    """A mount inside its own store would list itself: the daemon deadlocks on its
+    own mount at its first walk of the store."""
+    if not (os.path.isdir(store) and os.path.isdir(mountpoint)):
+        return  # the other checks say what is wrong
+    store_path, mount_path = os.path.realpath(store), os.path.realpath(mountpoint)
+    if os.path.commonpath([store_path, mount_path]) == store_path:
+        where = "is the store" if store_path == mount_path else "is inside the store"
+        fail(f"mountpoint {mountpoint!r} {where} {store!r}")
+    if os.path.commonpath([store_path, mount_path]) == mount_path:
+        fail(f"store {store!r} is inside the mountpoint {mountpoint!r}")
 
 
 def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -138,7 +156,7 @@ def mount(
     log_file: str | None,
 ) -> None:
     """Mount the Zarr STORE (a directory) on MOUNTPOINT."""
-    from zarrfs.mount import MountOptions, build_operations
+    from zarrfs.mount import MountOptions, prepare_mount
 
     try:
         cache_bytes = parse_size(cache_size)
@@ -157,6 +175,7 @@ def mount(
         readahead=readahead_bytes,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
     )
+    check_not_nested(store, mountpoint)  # first: a nested mountpoint is also "not empty"
     check_mountpoint(mountpoint)
     if log_file:
         try:
@@ -165,33 +184,44 @@ def mount(
             fail(f"log file {log_file!r}: {e.strerror}")
     setup_logging(log_level, log_file, detached=False)
     try:
-        ops = build_operations(store, options)
+        prepared = prepare_mount(store, options)
     except ZarrfsError as e:
         fail(str(e))
     if foreground:
-        _serve_foreground(ops, mountpoint, options)
+        _serve_foreground(prepared, mountpoint, options)
     else:
-        _serve_detached(ops, mountpoint, options, log_level, log_file)
+        _serve_detached(prepared, mountpoint, options, log_level, log_file)
 
 
-def _serve_foreground(ops: object, mountpoint: str, options: object) -> None:
-    from zarrfs.mount import serve
+def _serve_foreground(prepared: PreparedMount, mountpoint: str, options: MountOptions) -> None:
+    from zarrfs.mount import UnstoredDataError, serve
 
     try:
-        serve(ops, mountpoint, options)  # type: ignore[arg-type]
+        serve(prepared.ops, mountpoint, options, lock=prepared.lock)
+    except UnstoredDataError as e:
+        fail(f"{mountpoint}: {e}")
     except RuntimeError as e:
         fail(f"cannot mount on {mountpoint!r}: {e}")
+    except ZarrfsError as e:  # the run-state file could not be written
+        fail(str(e))
 
 
 def _serve_detached(
-    ops: object, mountpoint: str, options: object, log_level: str, log_file: str | None
+    prepared: PreparedMount,
+    mountpoint: str,
+    options: MountOptions,
+    log_level: str,
+    log_file: str | None,
 ) -> None:
-    from zarrfs.mount import serve
+    from zarrfs.mount import UnstoredDataError, serve
 
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid:
         os.close(write_end)
+        # The daemon holds the store lock now; a copy here must not outlive it.
+        if prepared.lock is not None:
+            prepared.lock.close()
         with os.fdopen(read_end, "rb") as pipe:
             message = pipe.read().decode(errors="replace").strip()
         if message == "ready":
@@ -216,7 +246,9 @@ def _serve_detached(
 
     code = 0
     try:
-        serve(ops, mountpoint, options, on_ready=ready)  # type: ignore[arg-type]
+        serve(prepared.ops, mountpoint, options, on_ready=ready, lock=prepared.lock)
+    except UnstoredDataError:  # logged, and left in the run-state file for zarrfs umount
+        code = 1
     except BaseException as e:
         code = 1
         log.exception("mount failed")
@@ -229,47 +261,74 @@ def _serve_detached(
 
 
 def _daemon_pid(mountpoint: str) -> int | None:
+    """The daemon's pid, None if it has died (the mount only needs removing)."""
     try:
-        return int(os.getxattr(mountpoint, PID_XATTR.decode()))
+        pid = int(os.getxattr(mountpoint, PID_XATTR.decode()))
     except OSError as e:
-        if e.errno == errno.ENOTCONN:  # daemon died; the mount only needs removing
+        if e.errno == errno.ENOTCONN:
             return None
-        raise
+        fail(f"{mountpoint!r} is not a zarrfs mount: {e.strerror}")
+    except ValueError:
+        fail(f"{mountpoint!r} is not a zarrfs mount")
+    if pid <= 0:
+        fail(f"{mountpoint!r} is not a zarrfs mount")
+    return pid
 
 
-def _alive(pid: int) -> bool:
+def _check_zarrfs_mount(mountpoint: str) -> str:
+    """The mount's path, once the kernel says it is a zarrfs mount: its extended
+    attributes alone are no proof (any filesystem can carry a forged pid)."""
+    from zarrfs.mount import find_mount
+
+    target = os.path.realpath(mountpoint)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rpartition(")")[2].split()[0]
+        with open("/proc/self/mountinfo") as f:
+            entry = find_mount(target, f.read())
+    except OSError as e:
+        fail(f"cannot read /proc/self/mountinfo: {e.strerror}")
+    if entry is None:
+        if not os.path.isdir(mountpoint):
+            fail(f"{mountpoint!r} is not a directory")
+        fail(f"{mountpoint!r} is not mounted")
+    if entry.fstype != ZARRFS_FSTYPE:
+        fail(f"{mountpoint!r} is not a zarrfs mount (it is {entry.fstype})")
+    return target
+
+
+def _owner(pid: int) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
     except OSError:
-        return False
-    return state not in ("Z", "X")
+        return os.geteuid()
 
 
 @cli.command()
 @click.argument("mountpoint")
 @click.option("--timeout", default=0.0, help="Give up waiting for the daemon after N seconds.")
 def umount(mountpoint: str, timeout: float) -> None:
-    """Unmount MOUNTPOINT; returns once the zarrfs daemon has exited."""
-    if not os.path.isdir(mountpoint) and not os.path.ismount(mountpoint):
-        fail(f"{mountpoint!r} is not a directory")
-    if not os.path.ismount(mountpoint):
-        fail(f"{mountpoint!r} is not mounted")
-    try:
-        pid = _daemon_pid(mountpoint)
-    except OSError:
-        fail(f"{mountpoint!r} is not a zarrfs mount")
+    """Unmount MOUNTPOINT; returns once the zarrfs daemon has exited, non-zero if
+    anything written could not be stored."""
+    target = _check_zarrfs_mount(mountpoint)
+    pid = _daemon_pid(target)
+    uid = _owner(pid) if pid is not None else os.geteuid()  # read while it still runs
+    if pid is not None:
+        runstate.keep(pid, uid)
     result = subprocess.run(
-        ["fusermount3", "-u", mountpoint], capture_output=True, text=True, check=False
+        ["fusermount3", "-u", target], capture_output=True, text=True, check=False
     )
     if result.returncode:
         reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
         fail(f"cannot unmount {mountpoint!r}: {reason}")
+    if pid is None:  # the daemon had died before: the connection was gone
+        fail(f"{mountpoint}: {runstate.died(runstate.collect_dead(target))}")
     deadline = time.monotonic() + timeout if timeout > 0 else None
-    while pid is not None and _alive(pid):
+    while runstate.alive(pid):
         if deadline is not None and time.monotonic() > deadline:
             fail(f"daemon {pid} still running after {timeout:g}s")
         time.sleep(0.05)
+    problem = runstate.explain(runstate.collect(pid, uid), pid)
+    if problem is not None:
+        fail(f"{mountpoint}: {problem}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Mount lifecycle: open the store, build the tree, run pyfuse3 under trio, unmount.
 
 Every exit path unmounts: a normal ``fusermount3 -u`` (pyfuse3.main returns),
-SIGTERM/SIGINT/SIGHUP (we call ``pyfuse3.terminate``), or an exception.
+SIGTERM/SIGINT/SIGHUP (we call ``pyfuse3.terminate``), or an exception. A read-write
+mount holds its store's lock until the daemon ends, and every daemon keeps a run-state
+file that tells ``zarrfs umount`` how it ended (see ``zarrfs.runstate``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import trio
 
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
-from zarrfs.errors import ZarrfsError
+from zarrfs.errors import StoreError, ZarrfsError
 from zarrfs.fuse.operations import Operations
+from zarrfs.runstate import RunState, StoreLock, Unstored, ensure_run_dir
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.tree import Tree
 
@@ -56,11 +59,42 @@ def open_store(location: str) -> DirectoryStore:
     return DirectoryStore(location)
 
 
-def build_operations(location: str, options: MountOptions) -> Operations:
-    """Everything that can fail on bad input, done before mounting (and detaching)."""
+def _checked_store(location: str, options: MountOptions) -> DirectoryStore:
     store = open_store(location)
     if not options.read_only and not os.access(location, os.W_OK):
         raise StoreOpenError(f"store {location!r} is not writable (use --read-only)")
+    return store
+
+
+def build_operations(location: str, options: MountOptions) -> Operations:
+    """The filesystem for ``location``, without the store lock (for in-process use)."""
+    return _build(_checked_store(location, options), options)
+
+
+@dataclass
+class PreparedMount:
+    ops: Operations
+    lock: StoreLock | None  # held by read-write mounts until the daemon ends
+
+
+def prepare_mount(location: str, options: MountOptions) -> PreparedMount:
+    """Everything that can fail on bad input, done before mounting (and detaching).
+
+    A read-write mount takes the store's lock here, so that a second one fails with
+    the other errors, and the detached daemon inherits it.
+    """
+    store = _checked_store(location, options)
+    ensure_run_dir()
+    lock = None if options.read_only else StoreLock.take(location)
+    try:
+        return PreparedMount(_build(store, options), lock)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
+
+
+def _build(store: DirectoryStore, options: MountOptions) -> Operations:
     cache = ChunkCache(store, options.cache_size)
     writeback = None
     if not options.read_only:
@@ -130,10 +164,26 @@ async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> 
         await _final_flush(ops)
 
 
+class UnstoredDataError(ZarrfsError):
+    """The daemon ends with written data that is not in the store."""
+
+    def __init__(self, unstored: Unstored) -> None:
+        super().__init__(unstored.describe())
+        self.unstored = unstored
+
+
+def _reason(error: ZarrfsError) -> str:
+    # The per-chunk detail is in the log; the summary names the cause once.
+    if isinstance(error, StoreError):
+        return os.strerror(error.errno)
+    return str(error)
+
+
 async def _final_flush(ops: Operations) -> None:
     """Unmounted (or signalled): store everything still dirty before exiting."""
     writeback = ops.tree.writeback
     assert writeback is not None
+    unstored = Unstored()
     for state in writeback.states():
         if state.tail:
             log.warning(
@@ -141,25 +191,67 @@ async def _final_flush(ops: Operations) -> None:
                 state.meta.display_name,
                 len(state.tail),
             )
+            unstored.tail_bytes += len(state.tail)
+            unstored.tail_arrays += 1
             state.tail.clear()
     try:
         await writeback.flush_all()
     except ZarrfsError as e:
         log.error("data not stored at unmount: %s", e)
-        raise
+        left = writeback.states()
+        unstored.chunks = sum(len(state.dirty) for state in left)
+        unstored.nbytes = sum(d.data.nbytes for state in left for d in state.dirty.values())
+        unstored.arrays = len(left)
+        unstored.error = _reason(e)
+    if unstored.error is not None or unstored.tail_bytes:
+        log.error("at unmount, %s", unstored.describe())
+        raise UnstoredDataError(unstored)
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of /proc/self/mountinfo."""
+
+    device: str  # "major:minor"
+    mountpoint: str
+    fstype: str  # "fuse.zarrfs" for a zarrfs mount (its subtype)
+    source: str
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(mountinfo: str) -> list[MountEntry]:
+    entries = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        # id parent major:minor root mountpoint options [optional...] - fstype source super
+        if "-" not in fields[6:]:
+            continue
+        rest = fields[fields.index("-", 6) + 1 :]
+        if len(rest) < 2:
+            continue
+        entries.append(
+            MountEntry(fields[2], _unescape(fields[4]), _unescape(rest[0]), _unescape(rest[1]))
+        )
+    return entries
+
+
+def find_mount(mountpoint: str, mountinfo: str) -> MountEntry | None:
+    """The newest (topmost) mount on ``mountpoint``: later lines were mounted later."""
+    found = None
+    for entry in parse_mountinfo(mountinfo):
+        if entry.mountpoint == mountpoint:
+            found = entry
+    return found
 
 
 def mount_device(mountpoint: str, mountinfo: str) -> str | None:
     """The "major:minor" of the newest mount on ``mountpoint`` in /proc/self/mountinfo."""
-    found = None
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) > 4:
-            # mountinfo escapes space, tab, newline and backslash as octal
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-            if point == mountpoint:
-                found = fields[2]
-    return found
+    entry = find_mount(mountpoint, mountinfo)
+    return entry.device if entry is not None else None
 
 
 def set_readahead(mountpoint: str, nbytes: int) -> None:
@@ -221,11 +313,44 @@ def serve(
     mountpoint: str,
     options: MountOptions,
     on_ready: Callable[[], None] | None = None,
+    lock: StoreLock | None = None,
 ) -> None:
-    """Mount, call ``on_ready``, serve until unmounted or signalled, then unmount."""
+    """Mount, call ``on_ready``, serve until unmounted or signalled, then unmount.
+
+    Runs in the daemon. Its run-state file says how it ended; ``lock`` (the store's)
+    is released last, after the final flush.
+    """
     target = os.path.realpath(mountpoint)  # before mounting: after, a stat would hang
-    tune_malloc()
-    pyfuse3.init(ops, mountpoint, fuse_options(options))
+    try:
+        run = RunState.begin(target, ops.tree.store.describe(), lock)
+        mounted = False
+        try:
+            tune_malloc()
+            pyfuse3.init(ops, mountpoint, fuse_options(options))
+            mounted = True
+            _serve_mounted(ops, mountpoint, target, options, on_ready)
+        except UnstoredDataError as e:
+            run.failed(str(e), e.unstored)
+            raise
+        except BaseException as e:
+            if mounted:  # someone may be waiting in zarrfs umount
+                run.failed(f"the zarrfs daemon failed: {e or type(e).__name__}")
+            else:  # nothing was mounted, so nobody will ask
+                run.succeeded()
+            raise
+        run.succeeded()
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _serve_mounted(
+    ops: Operations,
+    mountpoint: str,
+    target: str,
+    options: MountOptions,
+    on_ready: Callable[[], None] | None,
+) -> None:
     try:
         log.info("mounted %s on %s", ops.tree.store.describe(), mountpoint)
         if on_ready is not None:

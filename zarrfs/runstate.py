@@ -1,0 +1,351 @@
+"""What a daemon shares with other zarrfs processes: the store lock and its run-state file.
+
+A read-write mount holds an exclusive ``flock`` on its store's root directory for the
+life of the daemon. The kernel drops it when the last descriptor closes, so it is gone
+after a crash too, and it follows the inode, so any path to the store conflicts.
+
+Each daemon keeps ``<pid>.status`` (one JSON object) in a private per-user run
+directory. It says ``running`` from before the mount until the daemon ends; a clean end
+removes it, a failed one (data not stored) rewrites it with what was lost. ``zarrfs
+umount`` cannot read the exit status of a daemon it did not start, so it reads this
+file once the daemon is gone: absent means success, ``failed`` carries the report and
+a ``running`` left behind means the daemon was killed or crashed. The directory is
+/run/zarrfs for root, else $XDG_RUNTIME_DIR/zarrfs or <tmp>/zarrfs-<uid>. Files nobody
+collected (no ``zarrfs umount`` after a failure or crash) are swept an hour later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from zarrfs.errors import ZarrfsError
+
+log = logging.getLogger(__name__)
+
+ROOT_RUN_DIR = "/run/zarrfs"
+STATUS_SUFFIX = ".status"
+STALE_AFTER = 3600.0  # seconds after its last write that a dead daemon's file is swept
+
+
+class RunStateError(ZarrfsError):
+    """The run directory cannot be used, or the store is locked by another mount."""
+
+
+def _private_dir(path: str, uid: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
+
+
+def run_dir() -> str:
+    """This user's run directory (which may not exist yet)."""
+    uid = os.geteuid()
+    if uid == 0:
+        return ROOT_RUN_DIR
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and _private_dir(runtime, uid):
+        return os.path.join(runtime, "zarrfs")
+    return os.path.join(tempfile.gettempdir(), f"zarrfs-{uid}")
+
+
+def ensure_run_dir() -> str:
+    path = run_dir()
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise RunStateError(f"run directory {path!r}: {e.strerror}") from e
+    # Under a shared temporary directory another user may have made it first.
+    if not _private_dir(path, os.geteuid()):
+        raise RunStateError(f"run directory {path!r} is not a private directory of this user")
+    return path
+
+
+def status_dirs(uid: int) -> list[str]:
+    """Where a daemon running as ``uid`` may have put its status file: the unmounting
+    user may differ from the mounting one (root unmounting a user's mount)."""
+    dirs = [run_dir()] if uid == os.geteuid() else []
+    if uid == 0:
+        dirs.append(ROOT_RUN_DIR)
+    dirs += [f"/run/user/{uid}/zarrfs", os.path.join(tempfile.gettempdir(), f"zarrfs-{uid}")]
+    return list(dict.fromkeys(dirs))
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _write_atomically(path: str, record: dict[str, Any]) -> None:
+    # A reader sees the old file or the new one, never a torn one.
+    temp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp"
+    with open(temp, "w") as f:
+        f.write(json.dumps(record) + "\n")
+    os.replace(temp, path)
+
+
+def _read_status(path: str, uid: int) -> dict[str, Any] | None:
+    """The record at ``path`` if it is a regular file of ``uid``'s holding a JSON object."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return None
+        with open(path) as f:
+            record = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _statuses(directory: str) -> list[tuple[str, dict[str, Any]]]:
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.endswith(STATUS_SUFFIX) and not name.startswith("."):
+            path = os.path.join(directory, name)
+            record = _read_status(path, os.geteuid())
+            if record is not None:
+                found.append((path, record))
+    return found
+
+
+def _sweep(directory: str) -> None:
+    """Remove the files of daemons that ended long ago: a failure or crash nobody ran
+    ``zarrfs umount`` for. The age keeps a file an umount is about to read: both the
+    daemon's last write and ``keep`` make it new."""
+    now = time.time()
+    for path, record in _statuses(directory):
+        pid = record.get("pid")
+        with contextlib.suppress(OSError):
+            if (
+                now - os.lstat(path).st_mtime > STALE_AFTER
+                and isinstance(pid, int)
+                and pid != os.getpid()
+                and not alive(pid)
+            ):
+                os.unlink(path)
+
+
+# -- the store lock --------------------------------------------------------------------
+
+
+class StoreLock:
+    """An exclusive flock on the store's root directory.
+
+    The lock belongs to the open file description, which a fork shares: the detached
+    daemon inherits it and the parent only closes its descriptor (never ``LOCK_UN``,
+    which would release it for the daemon too).
+    """
+
+    def __init__(self, fd: int | None, device: int, inode: int) -> None:
+        self.fd = fd
+        self.device = device
+        self.inode = inode
+
+    @classmethod
+    def take(cls, location: str) -> StoreLock:
+        try:
+            # Not inherited across exec: a helper program must not keep the store locked.
+            fd = os.open(location, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as e:
+            raise RunStateError(f"store {location!r}: {e.strerror}") from e
+        st = os.fstat(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunStateError(
+                f"store {location!r} is already mounted read-write " + _holder(st.st_dev, st.st_ino)
+            ) from None
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise RunStateError(f"store {location!r}: cannot lock: {e.strerror}") from e
+            # A filesystem without locks: mount anyway, as before locks existed.
+            log.warning(
+                "store %s cannot be locked (%s): a second mount is not refused",
+                location,
+                e.strerror,
+            )
+            return cls(None, st.st_dev, st.st_ino)
+        return cls(fd, st.st_dev, st.st_ino)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _holder(device: int, inode: int) -> str:
+    """Who holds the lock, as far as this user's run directory tells (flock does not)."""
+    for _, record in _statuses(run_dir()):
+        pid = record.get("pid")
+        if (
+            record.get("state") == "running"
+            and (record.get("device"), record.get("inode")) == (device, inode)
+            and isinstance(pid, int)
+            and pid != os.getpid()
+            and alive(pid)
+        ):
+            return f"on {record.get('mountpoint')!r} by process {pid}"
+    return "by another zarrfs process"
+
+
+# -- what was not stored ---------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def format_size(nbytes: int) -> str:
+    if nbytes < 1024:
+        return _plural(nbytes, "byte")
+    value = float(nbytes)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.4g} {unit}"
+
+
+@dataclass
+class Unstored:
+    """What a daemon could not store at its end."""
+
+    chunks: int = 0  # dirty chunks left after the final flush failed
+    nbytes: int = 0  # their decoded size
+    arrays: int = 0  # arrays with anything not stored (chunks or metadata)
+    tail_bytes: int = 0  # pending partial rows, dropped
+    tail_arrays: int = 0
+    error: str | None = None  # why the final flush failed
+
+    def describe(self) -> str:
+        parts = []
+        if self.error is not None:
+            if self.chunks:
+                verb = "was" if self.chunks == 1 else "were"
+                what = f"{_plural(self.chunks, 'chunk')} ({format_size(self.nbytes)}) of "
+                parts.append(f"{what}{_plural(self.arrays, 'array')} {verb} not stored")
+            elif self.arrays:
+                verb = "was" if self.arrays == 1 else "were"
+                parts.append(f"the metadata of {_plural(self.arrays, 'array')} {verb} not stored")
+            else:
+                parts.append("data was not stored")
+            parts[-1] += f": {self.error}"
+        if self.tail_bytes:
+            rows = "an incomplete row" if self.tail_arrays == 1 else "incomplete rows"
+            parts.append(
+                f"{_plural(self.tail_bytes, 'byte')} of {rows} of "
+                f"{_plural(self.tail_arrays, 'array')} were dropped"
+            )
+        return "; ".join(parts)
+
+
+# -- the run-state file ----------------------------------------------------------------
+
+
+class RunState:
+    """This daemon's ``<pid>.status``."""
+
+    def __init__(self, path: str, record: dict[str, Any]) -> None:
+        self.path = path
+        self.record = record
+
+    @classmethod
+    def begin(cls, mountpoint: str, store: str, lock: StoreLock | None) -> RunState:
+        pid = os.getpid()  # the daemon's: after the fork when detached
+        record: dict[str, Any] = {"pid": pid, "state": "running", "mountpoint": mountpoint}
+        record["store"] = store
+        if lock is not None:
+            record.update(device=lock.device, inode=lock.inode)
+        directory = ensure_run_dir()
+        _sweep(directory)
+        path = os.path.join(directory, f"{pid}{STATUS_SUFFIX}")
+        try:
+            _write_atomically(path, record)
+        except OSError as e:
+            raise RunStateError(f"cannot write {path!r}: {e.strerror}") from e
+        return cls(path, record)
+
+    def succeeded(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def failed(self, message: str, unstored: Unstored | None = None) -> None:
+        record = {**self.record, "state": "failed", "message": message}
+        if unstored is not None:
+            record["unstored"] = vars(unstored)
+        try:
+            _write_atomically(self.path, record)
+        except OSError as e:
+            log.error("cannot write %s for zarrfs umount: %s", self.path, e.strerror)
+
+
+def keep(pid: int, uid: int) -> None:
+    """Called before unmounting: the daemon's file is wanted, so no sweep removes it."""
+    for directory in status_dirs(uid):
+        with contextlib.suppress(OSError):
+            os.utime(os.path.join(directory, f"{pid}{STATUS_SUFFIX}"))
+
+
+def collect(pid: int, uid: int) -> dict[str, Any] | None:
+    """The status a daemon left (removed once read); None when it ended cleanly."""
+    for directory in status_dirs(uid):
+        path = os.path.join(directory, f"{pid}{STATUS_SUFFIX}")
+        record = _read_status(path, uid)
+        if record is not None and record.get("pid") == pid:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return record
+    return None
+
+
+def collect_dead(mountpoint: str) -> int | None:
+    """The pid of a dead daemon that served ``mountpoint``, from the ``running`` record
+    it left (removed, with any older ones for the same mount point)."""
+    newest: tuple[float, int] | None = None
+    for directory in status_dirs(os.geteuid()):
+        for path, record in _statuses(directory):
+            pid = record.get("pid")
+            if record.get("mountpoint") == mountpoint and isinstance(pid, int) and not alive(pid):
+                with contextlib.suppress(OSError):
+                    when = os.lstat(path).st_mtime
+                    os.unlink(path)
+                    newest = max(newest or (when, pid), (when, pid))
+    return newest[1] if newest is not None else None
+
+
+def died(pid: int | None) -> str:
+    who = f"the zarrfs daemon (process {pid})" if pid is not None else "the zarrfs daemon"
+    return f"{who} was killed or crashed: what it had not stored is lost"
+
+
+def explain(record: dict[str, Any] | None, pid: int) -> str | None:
+    """One line for ``zarrfs umount`` (None: the daemon ended cleanly)."""
+    if record is None:
+        return None
+    if record.get("state") == "failed":
+        return str(record.get("message") or "the daemon failed")
+    return died(pid)  # its "running" record outlived it
