@@ -177,9 +177,12 @@ def test_commit_syncs_each_staged_file_before_any_rename(
         events.append(("fdatasync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fdatasync(fd)
 
-    def replace(src: str, dst: str) -> None:
-        events.append(("replace", src))
-        real_replace(src, dst)
+    def replace(
+        src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None
+    ) -> None:
+        where = "" if src_dir_fd is None else os.readlink(f"/proc/self/fd/{src_dir_fd}")
+        events.append(("replace", os.path.join(where, src)))
+        real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     def forbidden(*args: Any) -> None:
         raise AssertionError("the whole filesystem must not be synced")

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from zarrfs.errors import InvalidValueError
+
 
 def join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
@@ -27,8 +29,12 @@ class Listing:
 
 class Store(ABC):
     @abstractmethod
-    def get(self, key: str) -> bytes | None:
-        """The value of ``key``, or ``None`` when it does not exist."""
+    def get(self, key: str, *, limit: int | None = None) -> bytes | None:
+        """The value of ``key``, or ``None`` when it does not exist.
+
+        A value that may not be read (not a plain value of the store, e.g. a link
+        out of it) or is larger than ``limit`` bytes raises ``InvalidValueError``.
+        """
 
     @abstractmethod
     def contains(self, key: str) -> bool: ...
@@ -39,11 +45,15 @@ class Store(ABC):
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
         """Every key under ``prefix`` (recursively) with its size, keys relative to it.
 
-        Only for summaries (``info``); the generic version reads every value.
+        Only for summaries (``info``); the generic version reads every value (one
+        that may not be read is no key here).
         """
         listing = self.list_dir(prefix)
         for name in listing.keys:
-            value = self.get(join(prefix, name))
+            try:
+                value = self.get(join(prefix, name))
+            except InvalidValueError:
+                continue
             if value is not None:
                 yield name, len(value)
         for sub in listing.prefixes:
