@@ -25,9 +25,9 @@ class CountingStore(DirectoryStore):
         self.lists[prefix] += 1
         return super().list_dir(prefix)
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, *, limit: int | None = None) -> bytes | None:
         self.gets[key] += 1
-        return super().get(key)
+        return super().get(key, limit=limit)
 
 
 def zlib_array(root: Path, rows: int, columns: int, chunk_rows: int) -> np.ndarray:

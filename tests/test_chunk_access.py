@@ -36,12 +36,12 @@ class CountingStore(DirectoryStore):
         self.delay = delay
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, *, limit: int | None = None) -> bytes | None:
         with self._lock:
             self.counts[key] += 1
         if self.delay:
             time.sleep(self.delay)
-        return super().get(key)
+        return super().get(key, limit=limit)
 
 
 def _create(root, name, shape, chunks, dtype, fill, **kwargs):

@@ -43,11 +43,11 @@ def test_a_write_during_a_read_invalidates_the_pages_that_read_fills(
     loading, release = threading.Event(), threading.Event()
     real_get = DirectoryStore.get
 
-    def slow_get(self: DirectoryStore, key: str) -> bytes | None:
+    def slow_get(self: DirectoryStore, key: str, *, limit: int | None = None) -> bytes | None:
         if key == "arr/0.0":  # the read's chunk load waits for the write
             loading.set()
             release.wait(10)
-        return real_get(self, key)
+        return real_get(self, key, limit=limit)
 
     invalidated: list[int] = []
     monkeypatch.setattr(DirectoryStore, "get", slow_get)

@@ -49,8 +49,9 @@ class StoreError(ZarrfsError):
 
 class InvalidValueError(StoreError):
     """A key exists but its value may not be read: not a regular file inside the
-    store (a symlink, FIFO, device, directory), or larger than the caller's limit.
-    Hostile or broken content, not a passing fault: callers may remember it."""
+    store (a symlink, FIFO, device, socket, or a path through a symlink or another
+    mount), or larger than the caller's limit. Hostile or broken content, not a
+    passing fault: callers may remember it. (A directory reads as missing.)"""
 
 
 class NotFoundError(ZarrfsError):

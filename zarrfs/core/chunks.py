@@ -15,21 +15,24 @@ import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import TracebackType
 
 import numpy as np
 import outcome
 import trio
 
-from zarrfs.core.layout import Index
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
-from zarrfs.errors import ChunkError, ZarrfsError
+from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
+from zarrfs.formats.codecs import size_bound
+from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
 
-# A chunk that failed to decode is not retried (nor logged again) for this long;
-# after that a read tries again, in case the store was repaired.
+# A chunk that failed to decode, or whose stored value may not be read, is not
+# retried (nor logged again) for this long; after that a read tries again, in case
+# the store was repaired.
 FAILURE_TTL = 30.0
 
 # A missing chunk is remembered too, at a nominal cost, so a sparse array is not
@@ -46,11 +49,31 @@ ChunkKey = tuple[str, Index]
 _ABSENT = object()
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """A chunk's failure as remembered: what a fresh ChunkError needs, and no
+    exception object, whose traceback would keep the failed load's frames (and the
+    buffers they decoded into) alive as long as the failure is remembered."""
+
+    array: str
+    key: str
+    reason: str
+
+    def error(self) -> ChunkError:
+        """A new exception for each reader: raising one object again and again
+        would add every reader's frames to its traceback."""
+        e = ChunkError(self.array, self.key, self.reason)
+        e.logged = True
+        return e
+
+
 @dataclass
 class _Flight:
     done: trio.Event = field(default_factory=trio.Event)
     value: np.ndarray | None = None
-    error: BaseException | None = None
+    failure: _Failure | None = None  # the chunk is bad
+    error: Exception | None = None  # anything else (a store fault): not remembered
+    traceback: TracebackType | None = None  # the error's, as the worker raised it
     background: bool = False  # loaded ahead of a reader
     passed: bool = False  # the stream went past it while it loaded: do not keep it
 
@@ -62,7 +85,7 @@ class ChunkCache:
         self._entries: OrderedDict[ChunkKey, np.ndarray | None] = OrderedDict()
         self._bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
-        self._failures: dict[ChunkKey, tuple[float, ChunkError]] = {}
+        self._failures: dict[ChunkKey, tuple[float, _Failure]] = {}
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-decode")
         self.loads = 0  # store reads + decodes performed; tests count them
         self.read_ahead = False  # the mount turns it on; handler tests choose
@@ -91,12 +114,15 @@ class ChunkCache:
         failure = self._failures.get(key)
         if failure is not None:
             if time.monotonic() < failure[0]:
-                raise failure[1]
+                raise failure[1].error()
             del self._failures[key]
         flight = self._flights.get(key) or self._start(meta, index, priority)
         await flight.done.wait()
+        if flight.failure is not None:
+            raise flight.failure.error()
         if flight.error is not None:
-            raise flight.error
+            # from the worker's traceback each time, not one that grows per waiter
+            raise flight.error.with_traceback(flight.traceback)
         return flight.value
 
     def _start(self, meta: ArrayMeta, index: Index, priority: int) -> _Flight:
@@ -121,17 +147,20 @@ class ChunkCache:
             else:
                 current = False  # a write superseded the chunk while it loaded
             buffer = None
-            try:
-                flight.value, buffer = result.unwrap()
-            except ChunkError as e:
-                log.error("%s", e)
-                e.logged = True
-                flight.error = e
+            # The error is taken from the outcome, not re-raised here: a raise would
+            # add this frame, which holds the outcome, to its traceback.
+            error = result.error if isinstance(result, outcome.Error) else None
+            if isinstance(error, ZarrfsError):
+                _drop_tracebacks(error)  # its message says it all
+            if isinstance(error, ChunkError):
+                log.error("%s", str(error))  # a record keeps its args: not the exception
+                flight.failure = _Failure(error.array, error.key, error.reason)
                 if current:
-                    self._failures[key] = (time.monotonic() + FAILURE_TTL, e)
-            except Exception as e:
-                flight.error = e
+                    self._failures[key] = (time.monotonic() + FAILURE_TTL, flight.failure)
+            elif isinstance(error, Exception):
+                flight.error, flight.traceback = error, error.__traceback__
             else:
+                flight.value, buffer = result.unwrap()
                 if current and not flight.passed:
                     self._insert(key, flight.value)
                     if buffer is not None and key in self._entries:
@@ -140,7 +169,10 @@ class ChunkCache:
                             self._read_ahead_keys.add(key)
             flight.done.set()
 
-        self.pool.submit(self._load, meta, index, out, priority=priority, on_done=finish)
+        # The buffer goes in a list that the load empties: a worker thread holds its
+        # last job's arguments until it takes the next, and must not hold the buffer.
+        spare = [out] if out is not None else []
+        self.pool.submit(self._load, meta, index, spare, priority=priority, on_done=finish)
         return flight
 
     def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]:
@@ -172,17 +204,36 @@ class ChunkCache:
         return True
 
     def _load(
-        self, meta: ArrayMeta, index: Index, out: np.ndarray | None = None
+        self, meta: ArrayMeta, index: Index, spare: list[np.ndarray] | None = None
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Worker thread: fetch and decode one chunk; (chunk, the buffer it lives in
-        when that is one of ours)."""
-        keys = meta.chunk_keys(index)
-        for key in keys:
-            data = self.store.get(key)
+        """Worker thread: fetch and decode one chunk, into the buffer in ``spare`` if
+        there is one; (chunk, the buffer it lives in when that is one of ours)."""
+        out = spare.pop() if spare else None
+        # A stored chunk larger than any of its codecs could make of it is not read.
+        limit = size_bound(meta.chunk_nbytes)
+        for key in meta.chunk_keys(index):
+            try:
+                data = self.store.get(key, limit=limit)
+            except InvalidValueError as e:
+                # hostile or broken content (a symlink, a FIFO, too large): the chunk is bad
+                reason = str(e)
+                break
             if data is not None:
+                decoded = self._decode(meta, data, out)
+                if not isinstance(decoded, str):
+                    return decoded
+                reason = decoded
                 break
         else:
             return None, None
+        # Raised outside any handler, so with no __context__: the exception, and the
+        # traceback of whatever failed, is all that holds the buffers it decoded into.
+        raise ChunkError(meta.display_name, key, reason)
+
+    def _decode(
+        self, meta: ArrayMeta, data: bytes, out: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None] | str:
+        """Worker thread: (chunk, our buffer it lives in), or why it cannot be decoded."""
         if out is None and meta.codecs.decodes_into:
             out = np.empty(meta.chunk_nbytes, dtype=np.uint8)
         try:
@@ -190,7 +241,7 @@ class ChunkCache:
         except ZarrfsError:
             raise
         except Exception as e:
-            raise ChunkError(meta.display_name, key, f"{type(e).__name__}: {e}") from e
+            return f"{type(e).__name__}: {e}"
         arr.flags.writeable = False
         return arr, (out if out is not None and arr.base is out else None)
 
@@ -260,6 +311,22 @@ class ChunkCache:
             del self._flights[key]
         for key in [k for k in self._entries if k[0] == path]:
             self._drop(key)
+
+
+def _drop_tracebacks(error: BaseException) -> None:
+    """Free the frames of the worker's stack that ``error`` and its causes hold.
+
+    The worker's own frame, which held the outcome when the traceback was taken,
+    holds it still: error -> traceback -> load frame -> ... -> worker frame ->
+    outcome -> error is a cycle that only the garbage collector would free, some
+    time later, with every buffer the load's frames refer to.
+    """
+    seen: set[int] = set()
+    chained: BaseException | None = error
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = None
+        chained = chained.__cause__ or chained.__context__
 
 
 def parse_size(text: str) -> int:

@@ -52,6 +52,9 @@ class WorkerPool:
         while True:
             _, _, job = self._queue.get()
             job()
+            # An idle worker must not keep its last job (its arguments, its result
+            # or a traceback holding a decoded buffer) alive until the next one.
+            del job
 
     def submit(
         self,

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import zlib
 from typing import Any
 
 import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
 from numcodecs.compat import ensure_bytes, ensure_ndarray_like
+
+from zarrfs.formats import bounded
+from zarrfs.formats.bounded import BOUNDED_CODECS, holds_zlib
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ class CodecPipeline:
             compressor, filters = self._codecs()
         except Exception:
             return False
-        return not filters and getattr(compressor, "codec_id", None) in _OUT_CODECS
+        return not filters and getattr(compressor, "codec_id", None) in BOUNDED_CODECS
 
     def decode(
         self,
@@ -78,42 +80,34 @@ class CodecPipeline:
         """Decode one stored chunk into an array of the chunk shape.
 
         With ``out`` (a uint8 buffer of the chunk's size, when ``decodes_into``) the
-        result is a view of it, except where a codec quirk needs a copy.
-        Raises ``CodecResolutionError`` or ``ValueError`` (wrong size) or whatever the
-        codec raises on corrupt input; the caller turns them into a ChunkError.
+        result is a view of it. No step produces more than the chunk's size, or
+        ``size_bound`` of it when filters make the sizes in between unknown.
+        Raises ``CodecResolutionError`` or ``ValueError`` (wrong size, too large) or
+        whatever the codec raises on corrupt input; the caller turns them into a
+        ChunkError.
         """
         compressor, filters = self._codecs()
         expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        limit = size_bound(expected) if filters else expected
         chunk: Any = data
         if compressor is not None:
-            if getattr(compressor, "codec_id", None) == "blosc":
-                # filters may change the size, so only an unfiltered chunk's nbytes is known
-                _check_blosc_header(data, None if filters else expected)
-            use_out = out is not None and out.nbytes == expected and self.decodes_into
-            chunk = self._decompress(compressor, data, out if use_out else None)
+            codec_id = getattr(compressor, "codec_id", None)
+            target = None
+            if not filters and codec_id in BOUNDED_CODECS:
+                usable = out is not None and out.nbytes == expected and out.dtype == np.uint8
+                target = out if usable else np.empty(expected, dtype=np.uint8)
+            chunk = bounded.decompress(compressor, data, limit, target)
+            if codec_id == "gzip" and not self._warned_gzip and holds_zlib(data):
+                # z5 (2019) wrote zlib streams under the id "gzip"; accepted, said once.
+                self._warned_gzip = True
+                log.warning("compressor 'gzip' holds zlib streams (z5 quirk); decoding as zlib")
         for f in reversed(filters):
-            chunk = f.decode(chunk)
+            chunk = bounded.decompress(f, chunk, limit)  # a filter may be a compressor too
         arr = ensure_ndarray_like(chunk)
         raw = arr.reshape(-1, order="A").view(np.uint8)
         if raw.nbytes != expected:
             raise ValueError(f"decoded {raw.nbytes} bytes, expected {expected}")
         return raw.view(dtype).reshape(shape, order=order)
-
-    def _decompress(self, compressor: Codec, data: bytes, out: np.ndarray | None) -> Any:
-        try:
-            return compressor.decode(data, out=out) if out is not None else compressor.decode(data)
-        except Exception:
-            # z5 (2019) wrote zlib streams under the id "gzip"; accept them, say so once.
-            if getattr(compressor, "codec_id", None) != "gzip":
-                raise
-            try:
-                out = zlib.decompress(ensure_bytes(data))
-            except zlib.error:
-                raise
-            if not self._warned_gzip:
-                self._warned_gzip = True
-                log.warning("compressor 'gzip' holds zlib streams (z5 quirk); decoding as zlib")
-            return out
 
     def encode(self, chunk: np.ndarray) -> bytes:
         compressor, filters = self._codecs()
@@ -125,26 +119,12 @@ class CodecPipeline:
         return ensure_bytes(data)
 
 
-# numcodecs compressors known to fill ``out`` exactly (others are used without it).
-_OUT_CODECS = frozenset({"blosc", "zlib", "gzip", "zstd", "lz4", "bz2", "lzma"})
-
-
-def _check_blosc_header(data: bytes, expected: int | None) -> None:
-    """Refuse a blosc frame whose header disagrees with its length or the chunk size.
-
-    c-blosc trusts the header: a truncated frame would be read past its end and a
-    lying one would make it allocate whatever the header says.
-    """
-    view = memoryview(data).cast("B")
-    if len(view) < 16:
-        raise ValueError(f"blosc frame of {len(view)} bytes is shorter than its header")
-    nbytes = int.from_bytes(view[4:8], "little")
-    cbytes = int.from_bytes(view[12:16], "little")
-    # z5 pads its frames, so only a frame shorter than its header says is refused.
-    if cbytes > len(view):
-        raise ValueError(f"blosc header claims {cbytes} compressed bytes, frame has {len(view)}")
-    if expected is not None and nbytes != expected:
-        raise ValueError(f"blosc header claims {nbytes} bytes, the chunk holds {expected}")
+def size_bound(nbytes: int) -> int:
+    """At most this many bytes for anything belonging to a chunk of ``nbytes`` whose
+    exact size is unknown: its stored value, or what a filtered chunk's compressor
+    and each filter decode to. Generous (real codecs and filters stay far below
+    it), so that only hostile or broken values meet it."""
+    return 8 * nbytes + (1 << 20)
 
 
 def _describe(config: dict[str, Any] | None) -> str:
