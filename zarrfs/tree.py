@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
-from zarrfs.errors import MetadataError, NotFoundError, StoreError
+from zarrfs.errors import InvalidValueError, MetadataError, NotFoundError, StoreError
 from zarrfs.formats import v2
 from zarrfs.formats.consolidated import Consolidated, parse_consolidated
 from zarrfs.formats.detect import CANDIDATE_KEYS, detect
+from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
@@ -77,7 +78,7 @@ class Tree:
         self.consolidated: Consolidated | None = None
         self._consolidated_mtime: float | None = None
         # Read once: shown at the root, and (unless disabled) the source of the listing.
-        self._root_zmetadata = store.get(v2.CONSOLIDATED_KEY)
+        self._root_zmetadata = self._read_zmetadata()
         if consolidated:
             self._open_consolidated()
         self.root = self._load_root()
@@ -85,6 +86,13 @@ class Tree:
             writeback.root_documents = self.root.documents
 
     # -- loading (blocking: worker threads) -------------------------------------------
+
+    def _read_zmetadata(self) -> bytes | None:
+        try:
+            return self.store.get(v2.CONSOLIDATED_KEY, limit=MAX_CONSOLIDATED_BYTES)
+        except InvalidValueError as e:
+            log.warning("ignoring %s: %s", v2.CONSOLIDATED_KEY, e)
+            return None
 
     def _open_consolidated(self) -> None:
         data = self._root_zmetadata
@@ -112,7 +120,7 @@ class Tree:
             return self.consolidated.read(path, names)
         docs = {}
         for name in names:
-            data = self.store.get(join_key(path, name))
+            data = self.store.get(join_key(path, name), limit=MAX_DOCUMENT_BYTES)
             if data is not None:
                 docs[name] = data
         return docs
@@ -125,7 +133,9 @@ class Tree:
         """
         try:
             found = detect(path, self._read_docs(path, CANDIDATE_KEYS))
-        except MetadataError as e:
+        except (MetadataError, StoreError) as e:
+            # A bad document, or one the store may not read (a symlink, a FIFO,
+            # too large): the node is hidden, the rest of the tree stays usable.
             if not path:
                 raise
             log.warning("hiding %s: %s", path, e)

@@ -12,9 +12,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from zarrfs.core.layout import Index
 from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs import CodecPipeline
+from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta, chunk_key_parser, join_key
 from zarrfs.formats.v2 import parse_array_document, parse_attrs, parse_order
 

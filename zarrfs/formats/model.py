@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -9,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from zarrfs.core.layout import Index, chunk_count
 from zarrfs.formats.codecs import CodecPipeline
+from zarrfs.formats.layout import Index, chunk_count
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class ArrayMeta:
     def n_chunks(self) -> int:
         return chunk_count(self.shape, self.chunks)
 
-    @property
+    @functools.cached_property
     def fill_bytes(self) -> bytes:
         """One element of fill as stored bytes; a null fill value is zero bytes."""
         return self.fill_value if self.fill_value is not None else bytes(self.itemsize)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
-from zarrfs.core.layout import Index
 from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs import CodecPipeline
 from zarrfs.formats.dtypes import (
@@ -17,6 +17,8 @@ from zarrfs.formats.dtypes import (
     parse_dtype,
     parse_shape,
 )
+from zarrfs.formats.layout import Index
+from zarrfs.formats.limits import MAX_CHUNK_NBYTES, MAX_DIMENSIONS, MAX_ITEMSIZE, check_depth
 from zarrfs.formats.model import ArrayMeta, GroupMeta, chunk_key_parser, join_key
 
 log = logging.getLogger(__name__)
@@ -29,9 +31,13 @@ CONSOLIDATED_KEY = ".zmetadata"
 
 def load_json(data: bytes, what: str) -> Any:
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
-        raise MetadataError(f"{what} is not valid JSON: {e}") from e
+        raise MetadataError(f"{what} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise MetadataError(f"{what} nests deeper than JSON can be read") from None
+    check_depth(value, what)
+    return value
 
 
 def load_json_object(data: bytes, what: str) -> dict[str, Any]:
@@ -84,8 +90,8 @@ def parse_array_document(
         chunks = parse_shape(doc["chunks"], "chunks", positive=True)
         dtype = parse_dtype(doc["dtype"])
         check_geometry(shape, chunks, dtype)
-        fixed = has_fixed_size(dtype)
-        fill = decode_fill_value(doc.get("fill_value"), dtype) if fixed else None
+        unsupported = flat_file_problem(chunks, dtype)
+        fill = decode_fill_value(doc.get("fill_value"), dtype) if unsupported is None else None
     except KeyError as e:
         raise MetadataError(f"{where}: missing key {e.args[0]!r}") from e
     except MetadataError as e:
@@ -96,8 +102,26 @@ def parse_array_document(
         chunks=chunks,
         dtype=dtype,
         fill_value=fill,
-        unsupported=None if fixed else f"dtype {dtype} has no fixed element size",
+        unsupported=unsupported,
     )
+
+
+def flat_file_problem(chunks: tuple[int, ...], dtype: Any) -> str | None:
+    """Why an array with valid metadata cannot be shown as array.raw, or None."""
+    if not has_fixed_size(dtype):
+        return f"dtype {dtype} has no fixed element size"
+    if len(chunks) > MAX_DIMENSIONS:
+        return f"{len(chunks)} dimensions are more than the {MAX_DIMENSIONS} zarrfs shows"
+    if dtype.itemsize > MAX_ITEMSIZE:
+        return f"elements of {dtype.itemsize} bytes are larger than the {MAX_ITEMSIZE} zarrfs shows"
+    if dtype.subdtype is not None:
+        # numpy expands a top-level subarray type into extra axes of every array
+        # made with it, so no array of it has the declared shape.
+        return f"dtype {dtype} is a subarray type (zarrfs shows only scalar and structured types)"
+    nbytes = math.prod(chunks) * dtype.itemsize
+    if nbytes > MAX_CHUNK_NBYTES:
+        return f"a chunk holds {nbytes} bytes, more than the {MAX_CHUNK_NBYTES} zarrfs decodes"
+    return None
 
 
 NCZARR_ARRAY_KEYS = ("_nczarr_array", "_NCZARR_ARRAY")
@@ -114,7 +138,7 @@ def nczarr_dimensions(doc: dict[str, Any]) -> list[str] | None:
         if isinstance(info, str):
             try:
                 info = json.loads(info)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
         if not isinstance(info, dict):
             continue

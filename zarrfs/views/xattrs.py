@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from zarrfs.formats.limits import clip
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 
 PREFIX = "user.zarr."
+_REPR_ITEMSIZE = 4096  # elements up to this size are shown as Python values
+_HEX_BYTES = 128  # of a longer or structured element, the first bytes in hex
 
 
 def _json(value: Any) -> bytes:
@@ -20,10 +23,14 @@ def _json(value: Any) -> bytes:
 
 
 def fill_text(meta: ArrayMeta) -> str:
+    """The fill value as text: its repr, or its bytes in hex for structured types and
+    huge elements, cut short (an element may be 300 MB: the text must stay cheap)."""
     if meta.fill_value is None:
         return "null"
-    value = np.frombuffer(meta.fill_value, dtype=meta.dtype)[0]
-    return repr(value.item()) if meta.dtype.fields is None else meta.fill_value.hex()
+    if meta.dtype.fields is None and meta.itemsize <= _REPR_ITEMSIZE:
+        return clip(repr(np.frombuffer(meta.fill_value, dtype=meta.dtype)[0].item()))
+    shown = meta.fill_value[:_HEX_BYTES].hex()
+    return shown if meta.itemsize <= _HEX_BYTES else f"{shown}... ({meta.itemsize} bytes)"
 
 
 def array_xattrs(meta: ArrayMeta) -> dict[str, bytes]:
