@@ -7,15 +7,16 @@ and at every remount the store itself is checked with zarr-python (values, ``sha
 in ``.zarray``, no chunk left beyond the end, nothing but metadata and chunk keys).
 
 Operations: pwrite inside the file (any offset, any length, element boundaries
-ignored), pwrite straddling the end, pwrite past the end leaving a gap (the gap reads
-as the fill value, like a grown truncate), pwrite of the fill value (chunks may be
-deleted), append of whole rows (pwrite at the end or an ``O_APPEND`` handle), pread
-(also past the end, sometimes after dropping the page cache so that the daemon
-answers), fsync / fdatasync, ftruncate to a random multiple of the row size (grown rows
-read as the fill value), close and reopen, and a full unmount + check + mount every
-``REMOUNT_EVERY`` operations. Writes never leave a partial row pending except one
-explicit check per array that fsync fails with EINVAL while one is, after which the
-row is completed.
+ignored), two threads writing disjoint bytes of the same elements at once through
+``array.raw`` and ``array.npy``, pwrite straddling the end, pwrite past the end
+leaving a gap (the gap reads as the fill value, like a grown truncate), pwrite of the
+fill value (chunks may be deleted), append of whole rows (pwrite at the end or an
+``O_APPEND`` handle), pread (also past the end, sometimes after dropping the page
+cache so that the daemon answers), fsync / fdatasync, ftruncate to a random multiple
+of the row size (grown rows read as the fill value), close and reopen, and a full
+unmount + check + mount every ``REMOUNT_EVERY`` operations. Writes never leave a
+partial row pending except one explicit check per array that fsync fails with EINVAL
+while one is, after which the row is completed.
 
 The exerciser is validated against plain local files (which behave like an array whose
 fill value is zero bytes as long as sizes stay whole rows) and against deliberately
@@ -33,6 +34,7 @@ import math
 import os
 import random
 import re
+import threading
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
@@ -192,6 +194,10 @@ class Target:
     def file(self, name: str) -> Path:
         raise NotImplementedError
 
+    def npy_file(self, name: str) -> Path:
+        """A second file holding the same bytes after a header (array.npy)."""
+        return self.file(name)
+
     def verify(self, models: dict[str, Model], context: Callable[[str], str]) -> None:
         """Check the stored state (called while stopped) against the models."""
 
@@ -241,6 +247,10 @@ class ZarrfsMount(Target):
         assert self.mount is not None
         return self.mount.path / name / "array.raw"
 
+    def npy_file(self, name: str) -> Path:
+        assert self.mount is not None
+        return self.mount.path / name / "array.npy"
+
     def diagnostics(self) -> str:
         if self.mount is None:
             return ""
@@ -282,6 +292,15 @@ class ZarrfsMount(Target):
             assert len(index) == len(shape) and all(i < g for i, g in zip(index, grid)), (
                 f"{name}: chunk {entry} lies beyond shape {list(shape)}{context(name)}"
             )
+
+
+def npy_header_length(start: bytes) -> int:
+    """Bytes before the data in a file that starts with ``start`` (0: no NPY header)."""
+    if not start.startswith(b"\x93NUMPY"):
+        return 0
+    if start[6] == 1:
+        return 10 + int.from_bytes(start[8:10], "little")
+    return 12 + int.from_bytes(start[8:12], "little")
 
 
 def first_difference(got: bytes, want: bytes | bytearray, base: int = 0) -> str:
@@ -347,6 +366,7 @@ class Exerciser:
             (28, self.op_read),
             (5, self.op_read_uncached),
             (24, self.op_write_inside),
+            (3, self.op_write_raw_and_npy),
             (3, self.op_write_fill),
             (6, self.op_write_end),
             (2, self.op_write_gap),
@@ -490,6 +510,53 @@ class Exerciser:
         offset = self.rng.randrange(0, size)
         length = self.rng.randint(1, min(self.max_length(model), size - offset))
         self.write(name, offset, self.payload(length))
+
+    def op_write_raw_and_npy(self, name: str) -> None:
+        """Two threads write disjoint bytes of the same elements at once, one through
+        array.raw and one through array.npy (element boundaries ignored): both land."""
+        model = self.models[name]
+        size = len(model.data)
+        if size < 2:
+            self.op_write_inside(name)
+            return
+        offset = self.rng.randrange(0, size - 1)
+        split = self.rng.randint(1, min(model.itemsize * 2, size - offset - 1))
+        length = self.rng.randint(split + 1, min(split + model.itemsize * 3, size - offset))
+        first, second = self.payload(split), self.payload(length - split)
+        npy = self.io.open(self.target.npy_file(name), os.O_RDWR)
+        try:
+            header = npy_header_length(self.io.pread(npy, 16, 0))
+            self.log(
+                name,
+                f"at once: npy pwrite {split} @ {offset}, raw pwrite "
+                f"{length - split} @ {offset + split} (header {header})",
+            )
+            barrier = threading.Barrier(2)
+            results: list[int | BaseException] = []
+
+            def write(fd: int, data: bytes, at: int) -> None:
+                barrier.wait(5)
+                try:
+                    results.append(self.io.pwrite(fd, data, at))
+                except OSError as e:
+                    results.append(e)
+
+            threads = [
+                threading.Thread(target=write, args=(npy, first, header + offset)),
+                threading.Thread(target=write, args=(self.fds[name], second, offset + split)),
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+        finally:
+            self.io.close(npy)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        if sorted(results) != sorted([split, length - split]):
+            raise self.fail(f"{name}: concurrent pwrites returned {results}", name)
+        model.write(offset, first + second)
 
     def op_write_fill(self, name: str) -> None:
         """Element-aligned fill value: chunks that become all fill are deleted."""
@@ -696,6 +763,7 @@ def test_exerciser_agrees_with_plain_files(tmp_path: Path) -> None:
         "read",
         "read_uncached",
         "write_inside",
+        "write_raw_and_npy",
         "write_fill",
         "write_end",
         "write_gap",

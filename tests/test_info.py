@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from tests.mounting import mounted
 from tests.stores import CountingStore, v2_zarray
 from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.layout import Index
 from zarrfs.core.writeback import WriteBack
+from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta, chunk_key_parser
 from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore

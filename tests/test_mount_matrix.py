@@ -630,8 +630,12 @@ def test_array_directory_listing(matrix: Matrix, path: str) -> None:
 
 @pytest.fixture(scope="module")
 def plain_mount(matrix: Matrix) -> Iterator[Path]:
-    """The matrix store mounted with --no-consolidated: documents come from their files."""
-    with mounted(matrix.store, "--no-consolidated", log_dir=matrix.store.parent) as m:
+    """The matrix store mounted with --no-consolidated: documents come from their files.
+
+    Read-only: the matrix's own mount holds the store's read-write lock."""
+    with mounted(
+        matrix.store, "--no-consolidated", "--read-only", log_dir=matrix.store.parent
+    ) as m:
         yield m.path
 
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-import trio
 
 from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.layout import (
+from zarrfs.core.reading import ArrayReads
+from zarrfs.errors import FileTooLargeError, InvalidArgumentError
+from zarrfs.formats.layout import (
     Index,
     RangePlan,
     contiguous_chunk_nbytes,
@@ -30,18 +32,14 @@ from zarrfs.core.layout import (
     grid_shape,
     plan_range,
 )
-from zarrfs.errors import FileTooLargeError, InvalidArgumentError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
     from zarrfs.core.writeback import WriteBack
 
 
-# Sequential readers get the chunks ahead of them loaded in the background.
-READ_AHEAD = 8 * 2**20
-READ_AHEAD_CHUNKS = 4
-
-Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no copy
+# A trailing partial row is held in memory until it is complete: at most this much.
+MAX_TAIL = 64 << 20
 
 
 @dataclass
@@ -57,7 +55,7 @@ def _void(meta: ArrayMeta) -> np.dtype:
     return np.dtype((np.void, meta.itemsize))
 
 
-class ArrayState:
+class ArrayState(ArrayReads):
     def __init__(
         self,
         meta: ArrayMeta,
@@ -128,120 +126,6 @@ class ArrayState:
         if flushing is not None:
             return flushing
         return await self.cache.get(meta, index)
-
-    async def read(self, offset: int, size: int) -> Buffer:
-        from zarrfs.views.raw import read_array_bytes
-
-        meta = self.meta
-        stored = meta.nbytes
-        out: Buffer = b""
-        if offset < stored:
-            length = min(size, stored - offset)
-            run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
-            if run is not None:
-                out = await self._read_runs(run, offset, length)
-            else:
-                out = await read_array_bytes(self, meta, offset, length)
-        if offset + size > stored and self.tail:
-            start = max(offset - stored, 0)
-            out = bytes(out) + bytes(self.tail[start : offset + size - stored])
-        return out
-
-    async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
-        """The fast path: chunks are runs of array.raw, served as slices of their bytes."""
-        runs = contiguous_runs(chunk_nbytes, offset, length)
-        trailing = (0,) * (len(self.meta.shape) - 1)
-        chunks = await self._get_many([(number, *trailing) for number, _, _ in runs])
-        pieces: list[Buffer] = []
-        fill = self.meta.fill_bytes
-        for (_, start, stop), chunk in zip(runs, chunks):
-            if chunk is None:
-                phase = start % len(fill)
-                count = -(-(stop - start + phase) // len(fill))
-                pieces.append((fill * count)[phase : phase + stop - start])
-                continue
-            part = memoryview(chunk.reshape(-1).view(np.uint8))[start:stop]
-            # Cached chunks are immutable; a dirty one may change after we return.
-            pieces.append(bytes(part) if chunk.flags.writeable else part)
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-    def prefetch(self, offset: int) -> None:
-        """A reader is streaming from ``offset``: load the chunks ahead of it.
-
-        The window is a few chunks (at least READ_AHEAD bytes, at most a quarter of
-        the cache, so read-ahead cannot evict what it loaded before it is read).
-        """
-        meta = self.meta
-        end = min(offset + self._read_ahead_bytes(), meta.nbytes)
-        ahead = self._prefetched_to
-        start = ahead if offset <= ahead <= end else offset  # else: the reader jumped
-        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
-        if run is not None:
-            # Chunks the stream has passed (one kept for late requests) go first,
-            # also once the window has reached the end of the array.
-            trailing = (0,) * (len(meta.shape) - 1)
-            passed = offset // run - 1
-            if passed < self._released_to - 1:  # the reader jumped back: a new stream
-                self._released_to = max(passed, 0)
-            for number in range(self._released_to, passed):
-                self.cache.release(meta, (number, *trailing))
-            self._released_to = max(self._released_to, passed)
-        if start >= end:
-            return
-        if run is not None:
-            trailing = (0,) * (len(meta.shape) - 1)
-            for number, begin, _ in contiguous_runs(run, start, end - start):
-                if not self._prefetch_chunk((number, *trailing)):
-                    self._prefetched_to = number * run + begin
-                    return
-        else:
-            plan = plan_range(meta.shape, meta.chunks, meta.itemsize, start, end - start)
-            if not all([self._prefetch_chunk(index) for index in plan.chunks]):
-                return  # try the whole window again on the next read
-        self._prefetched_to = end
-
-    def _read_ahead_bytes(self) -> int:
-        wanted = max(READ_AHEAD, READ_AHEAD_CHUNKS * self.meta.chunk_nbytes)
-        return min(wanted, self.cache.max_bytes // 4)
-
-    def _prefetch_chunk(self, index: Index) -> bool:
-        if index in self.dirty or index in self.flushing or self._is_stale(index):
-            return True
-        return self.cache.prefetch(self.meta, index)
-
-    async def _get_many(self, indices: list[Index]) -> list[np.ndarray | None]:
-        """Chunks as reads see them, fetched concurrently; the first error is raised."""
-        if len(indices) == 1:
-            return [await self.get(self.meta, indices[0])]
-        ready = [self._ready(index) for index in indices]
-        if all(found for found, _ in ready):  # all at hand: no tasks to start
-            return [chunk for _, chunk in ready]
-        results: list[np.ndarray | None] = [None] * len(indices)
-        errors: list[ZarrfsError] = []
-
-        async def fetch(position: int, index: Index) -> None:
-            try:
-                results[position] = await self.get(self.meta, index)
-            except ZarrfsError as e:
-                errors.append(e)
-
-        async with trio.open_nursery() as nursery:
-            for position, index in enumerate(indices):
-                nursery.start_soon(fetch, position, index)
-        if errors:
-            raise errors[0]
-        return results
-
-    def _ready(self, index: Index) -> tuple[bool, np.ndarray | None]:
-        """(True, chunk) when ``get`` would answer without waiting, else (False, None)."""
-        dirty = self.dirty.get(index)
-        if dirty is not None:
-            return (True, dirty.data) if dirty.mask is None else (False, None)
-        if self._is_stale(index):
-            return True, None
-        if index in self.flushing:
-            return True, self.flushing[index]
-        return self.cache.ready(self.meta.path, index)
 
     async def _materialise(self, index: Index) -> None:
         """Merge the stored chunk (or fill) under the elements not yet written."""
@@ -378,17 +262,51 @@ class ArrayState:
         raw = buf.view(np.uint8)
         head, end = plan.byte_offset, plan.byte_offset + plan.nbytes
         if head or end != len(raw):
-            # Partial elements at the edges keep their other bytes: read those elements.
-            first = plan.elem_start * itemsize
-            raw[:itemsize] = np.frombuffer(await self.read(first, itemsize), np.uint8)
-            last = (plan.elem_stop - 1) * itemsize
-            raw[-itemsize:] = np.frombuffer(await self.read(last, itemsize), np.uint8)
-            if self.meta is not meta:  # resized while we read: plan again
-                return await self._write_stored(offset, data)
+            # Partial elements at the edges keep their other bytes. Their chunks are
+            # made dirty and complete first (that awaits); the edge elements are then
+            # read from them and the write merged with no await in between, so a
+            # write landing meanwhile (through array.npy, say) is not overwritten
+            # with a stale copy of its element.
+            edges = [plan.elem_start, plan.elem_stop - 1]
+            while True:
+                if not await self._complete_elements(edges):
+                    continue  # a flush took a chunk meanwhile: make it dirty again
+                if self.meta is not meta:  # resized while we waited: plan again
+                    return await self._write_stored(offset, data)
+                raw[:itemsize] = self._element(edges[0])
+                raw[-itemsize:] = self._element(edges[1])
+                break
         raw[head:end] = np.frombuffer(data, np.uint8)
         self._scatter(plan, buf)
 
-    async def write(self, offset: int, data: bytes) -> int:
+    def _locate(self, element: int) -> tuple[Index, Index]:
+        """(chunk index, position inside the chunk) of a C-order element number."""
+        position = np.unravel_index(element, self.meta.shape)
+        chunks = self.meta.chunks
+        return (
+            tuple(int(p) // c for p, c in zip(position, chunks)),
+            tuple(int(p) % c for p, c in zip(position, chunks)),
+        )
+
+    async def _complete_elements(self, elements: list[int]) -> bool:
+        """Make the chunks holding ``elements`` dirty and complete; True when they all
+        still are once the last await has returned."""
+        indices = list(dict.fromkeys(self._locate(e)[0] for e in elements))
+        for index in indices:
+            if index not in self.dirty:
+                self._new_dirty(index, base_is_fill=self._is_stale(index))
+            if self.dirty[index].mask is not None:
+                await self._materialise(index)
+        return all(i in self.dirty and self.dirty[i].mask is None for i in indices)
+
+    def _element(self, element: int) -> np.ndarray:
+        """The bytes of one element from its dirty, complete chunk (no await)."""
+        index, inside = self._locate(element)
+        chunk = self.dirty[index].data.view(_void(self.meta))
+        return np.frombuffer(chunk[inside].tobytes(), np.uint8)
+
+    async def write(self, offset: int, data: bytes | memoryview) -> int:
+        self.npy_header_pending = None  # array.raw changed: array.npy is the array again
         stored = self.meta.nbytes
         end = offset + len(data)
         if end <= stored:
@@ -401,24 +319,52 @@ class ArrayState:
         if offset < stored:
             await self._write_stored(offset, view[: stored - offset])
             view, offset = view[stored - offset :], stored
-        # Beyond the stored rows: the pending tail, holes as fill, then the new bytes.
-        stored = self.meta.nbytes
-        beyond = bytearray(self._fill_pattern(max(len(self.tail), end - stored)))
-        beyond[: len(self.tail)] = self.tail
-        beyond[offset - stored : end - stored] = view
-        rows = len(beyond) // row
-        self.tail = bytearray()
-        if rows:
-            self.resize(self.meta.shape[0] + rows)
-            await self._write_stored(stored, memoryview(beyond)[: rows * row])
-        self.tail = beyond[rows * row :]
-        if self.tail and self.writeback is not None:
-            self.writeback.resized(self)  # so unmount finds (and reports) the tail
+        await self._write_beyond(offset, view, row)
         return len(data)
 
-    def _fill_pattern(self, nbytes: int) -> bytes:
+    async def _write_beyond(self, offset: int, view: memoryview, row: int) -> None:
+        """Bytes at or past the stored rows: complete rows grow ``shape[0]``, the rest
+        is the pending tail. A gap costs nothing: the rows it spans read as fill
+        value once the shape covers them, so only the tail's row is held in memory.
+        """
+        stored = self.meta.nbytes
+        if offset < stored:  # the array grew while we waited: write into it
+            await self.write(offset, view)
+            return
+        old_tail = self.tail
+        rows, rest = divmod(max(len(old_tail), offset + len(view) - stored), row)
+        if rest > MAX_TAIL:
+            raise FileTooLargeError(
+                f"{self.meta.display_name}: a partial row of {rest} bytes is more than "
+                f"{MAX_TAIL} held in memory; write whole rows of {row} bytes"
+            )
+        # The state changes before any await, so a concurrent write sees them.
+        if rows:
+            self.tail = bytearray()
+            self.resize(self.meta.shape[0] + rows)
+        grown = self.meta.nbytes
+        tail_start = max(offset, grown)
+        if offset + len(view) > grown:
+            base = self.tail if not rows else bytearray()
+            if len(base) < tail_start - grown:
+                base += self._fill_between(len(base), tail_start - grown)
+            part = view[tail_start - offset :]
+            base[tail_start - grown : tail_start - grown + len(part)] = part
+            self.tail = base
+        if rows:
+            if old_tail:  # shorter than a row: inside the rows just added
+                await self._write_stored(stored, bytes(old_tail))
+            if offset < grown:
+                await self._write_stored(offset, view[: grown - offset])
+        if self.tail and self.writeback is not None:
+            self.writeback.resized(self)  # so unmount finds (and reports) the tail
+
+    def _fill_between(self, start: int, stop: int) -> bytes:
+        """Fill bytes for positions ``[start, stop)`` counted from an element boundary."""
         fill = self.meta.fill_bytes
-        return (fill * (nbytes // len(fill) + 1))[:nbytes]
+        phase = start % len(fill)
+        count = -(-(stop - start + phase) // len(fill))
+        return (fill * count)[phase : phase + stop - start]
 
     # -- resizing ---------------------------------------------------------------------
 
@@ -432,6 +378,7 @@ class ArrayState:
             raise InvalidArgumentError(
                 f"{self.meta.display_name}: size {size} is not a multiple of the row size {row}"
             )
+        self.npy_header_pending = None
         self.tail = bytearray()
         self.resize(size // row)
 
@@ -473,22 +420,33 @@ class ArrayState:
 
     # -- flushing support ---------------------------------------------------------------
 
-    def stale_chunks(self) -> list[Index]:
-        """Chunks a shrink left beyond the end, to delete at the next flush."""
+    def stale_range(self) -> tuple[int, int] | None:
+        """Chunk rows ``[start, stop)`` along axis 0 that a shrink or grow since the
+        last flush may have left stale in the store, or None."""
         meta = self.meta
         if not meta.shape or self.low_rows >= self.high_rows:
-            return []
+            return None
         c0 = meta.chunks[0]
-        start = math.ceil(self.low_rows / c0)
-        stop = math.ceil(self.high_rows / c0)
-        others = grid_shape(meta.shape[1:], meta.chunks[1:])
-        stale = []
-        for i0 in range(start, stop):
-            for rest in np.ndindex(*others):
-                index = (i0, *rest)
-                if index not in self.dirty and index not in self.rewritten:
-                    stale.append(index)
-        return stale
+        start, stop = math.ceil(self.low_rows / c0), math.ceil(self.high_rows / c0)
+        return (start, stop) if start < stop else None
+
+    def stale_chunks(self, stored: Iterable[Index]) -> list[Index]:
+        """Of the chunk indices ``stored`` in the store, those a shrink left beyond
+        the end (or a grow brought inside), to delete at the next flush.
+
+        Taken from what the store holds, not from the grid: a write far past the end
+        grows the grid by billions of chunks that were never stored.
+        """
+        span = self.stale_range()
+        if span is None:
+            return []
+        return [
+            index
+            for index in stored
+            if span[0] <= index[0] < span[1]
+            and index not in self.dirty
+            and index not in self.rewritten
+        ]
 
     def mark_stored(self, rows: int, low_rows: int, high_rows: int) -> None:
         """The store now holds ``shape[0] == rows``; stale chunks up to then are gone.

@@ -15,6 +15,7 @@ the deletion of chunks a shrink left beyond the end.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
@@ -27,10 +28,17 @@ import trio
 
 from zarrfs.core.arrays import ArrayState, Dirty
 from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.layout import Index
 from zarrfs.core.pool import WorkerPool
-from zarrfs.errors import ChunkError, InvalidArgumentError, MetadataError, ZarrfsError
+from zarrfs.core.ratelimit import RateLimitedLog
+from zarrfs.errors import (
+    ChunkError,
+    InvalidArgumentError,
+    MetadataError,
+    StoreError,
+    ZarrfsError,
+)
 from zarrfs.formats.consolidated import replace_entry
+from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.formats.v2 import CONSOLIDATED_KEY, rewrite_shape
 from zarrfs.stores.base import Store
@@ -44,6 +52,11 @@ DirtyKey = tuple[int, Index]
 # encoders by more, so chunk memory is reused instead of growing to the write-cache
 # budget (measured: ~11 000 instead of ~58 000 page faults per 256 MiB rewritten).
 BEHIND_LIMIT = 32 << 20
+
+# After a failed store, the next try waits this long, doubling up to the maximum:
+# a full disk must not make every write re-encode chunks that fail again.
+RETRY_FIRST = 0.5
+RETRY_MAX = 30.0
 
 
 class _Batch:
@@ -114,6 +127,13 @@ class WriteBack:
         # in a thread of their own, such a wait does not hold an encoder's core idle.
         self.io_pool = WorkerPool(1, "zarrfs-commit")
         self._unsynced: set[str] = set()  # chunk keys replaced but not yet made durable
+        # The last failure to store, until a store succeeds again; no background or
+        # budget flush is tried before ``_retry_at``, and past the budget writes are
+        # refused with its errno instead of growing the cache.
+        self.failure: ZarrfsError | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self.failure_log = RateLimitedLog(log)
 
     # -- bookkeeping called by ArrayState (trio thread, no awaits) ---------------------
 
@@ -296,14 +316,33 @@ class WriteBack:
                 finally:
                     batch.committed.set()
         if errors:
+            self._failed(errors[0])
             raise errors[0]
+        if batch.staged:
+            self._stored()
+
+    def _failed(self, error: ZarrfsError) -> None:
+        self.failure = error
+        self._backoff = min(RETRY_MAX, max(RETRY_FIRST, 2 * self._backoff))
+        self._retry_at = time.monotonic() + self._backoff
+
+    def _stored(self) -> None:
+        self.failure = None
+        self._backoff = 0.0
+
+    def backing_off(self) -> bool:
+        """A store failed recently: background flushes wait before trying again."""
+        return self.failure is not None and time.monotonic() < self._retry_at
 
     async def flush_metadata(self, state: ArrayState) -> None:
         if self._meta_lock is None:
             self._meta_lock = trio.Lock()
         async with self._meta_lock:
             self._resized.pop(id(state), None)
-            stale = state.stale_chunks()
+            stored: list[Index] = []
+            if state.stale_range() is not None:
+                stored = await self.io_pool.run(self._stored_chunks, state.meta)
+            stale = state.stale_chunks(stored)
             meta = state.meta
             rows = meta.shape[0] if meta.shape else 0
             low, high = state.low_rows, state.high_rows
@@ -348,6 +387,15 @@ class WriteBack:
         except MetadataError as e:
             log.warning("not updating %s: %s", CONSOLIDATED_KEY, e)
             return None
+
+    def _stored_chunks(self, meta: ArrayMeta) -> list[Index]:
+        """I/O thread: the indices of the chunks the store holds for this array."""
+        found = []
+        for key, _ in self.store.scan(meta.path):
+            index = meta.chunk_index(join_key(meta.path, key))
+            if index is not None:
+                found.append(index)
+        return found
 
     def _store_metadata(
         self, key: str, document: bytes, consolidated: bytes | None, stale: list[str]
@@ -403,13 +451,46 @@ class WriteBack:
         limit = max(min(BEHIND_LIMIT, self.budget), 2 * self.pool.threads * self._behind_largest)
         return queued + self._behind_held > limit
 
-    async def relieve(self) -> None:
-        """After a write: wait while a streaming writer is too far ahead of the
-        encoders; past the dirty budget, flush the oldest chunks to half of it."""
-        while self._too_far_behind():
-            await self._behind_done.wait()
+    async def admit(self) -> None:
+        """Before a write: while dirty chunks exceed the budget and cannot be stored,
+        refuse it (the store's errno) instead of growing the cache past its bound."""
         if self.dirty_bytes <= self.budget:
             return
+        if not self.backing_off():
+            with contextlib.suppress(ZarrfsError):
+                await self._flush_oldest()
+            if self.dirty_bytes <= self.budget:
+                return
+        failure = self.failure
+        reason = failure if failure is not None else "chunks could not be stored"
+        err = failure.errno if failure is not None else errno.ENOSPC
+        self.failure_log(
+            logging.ERROR,
+            "refusing writes: %d bytes not stored fill the write cache (%d): %s",
+            self.dirty_bytes,
+            self.budget,
+            reason,
+        )
+        refusal = StoreError(f"write cache full and storing failed: {reason}", err)
+        refusal.logged = True  # type: ignore[attr-defined]
+        raise refusal
+
+    async def relieve(self) -> None:
+        """After a write: wait while a streaming writer is too far ahead of the
+        encoders; past the dirty budget, flush the oldest chunks to half of it.
+        Failures are kept (``failure``) and reported by fsync, close or ``admit``."""
+        while self._too_far_behind():
+            await self._behind_done.wait()
+        if self.dirty_bytes <= self.budget or self.backing_off():
+            return
+        try:
+            await self._flush_oldest()
+        except ZarrfsError as e:
+            self.failure_log(
+                logging.WARNING, "storing chunks past the write-cache budget failed: %s", e
+            )
+
+    async def _flush_oldest(self) -> None:
         jobs = []
         planned = 0
         for state, index, _, cost in list(self._order.values()):
@@ -447,7 +528,9 @@ class WriteBack:
         try:
             await self._gather(jobs, keep=False)
         except ZarrfsError as e:
-            log.warning("background store failed (the chunks stay dirty): %s", e)
+            self.failure_log(
+                logging.WARNING, "background store failed (the chunks stay dirty): %s", e
+            )
         finally:
             self._behind_held -= held
             slots.release()
@@ -458,6 +541,8 @@ class WriteBack:
         """Flush what has been dirty longer than the flush interval, forever."""
         while True:
             await trio.sleep(max(0.05, min(1.0, self.interval / 2)))
+            if self.backing_off():
+                continue
             deadline = time.monotonic() - self.interval
             old = [(s, i) for s, i, d, _ in self._order.values() if d.since <= deadline]
             try:
@@ -467,4 +552,4 @@ class WriteBack:
                     if since <= deadline and not state.dirty:
                         await self.flush_metadata(state)
             except ZarrfsError as e:
-                log.error("periodic flush failed (will retry): %s", e)
+                self.failure_log(logging.ERROR, "periodic flush failed (will retry): %s", e)

@@ -286,19 +286,17 @@ class Operations(pyfuse3.Operations):
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self.files.get(fh)
         view = handle.node.view
+        writeback = self.tree.writeback
+        if writeback is not None:
+            await writeback.admit()  # a full cache that cannot be stored refuses
         before = view.size
         written = await view.write(off, buf)
         handle.wrote = True
         await self._changed(handle.inode, handle.node, data=True)
         if view.size != before:
             await self._changed(handle.inode, handle.node, data=False)
-        writeback = self.tree.writeback
         if writeback is not None:
-            try:
-                await writeback.relieve()
-            except ZarrfsError as e:
-                # These bytes are merged and kept dirty; fsync/close will report it.
-                log.warning("storing chunks past the write-cache budget failed: %s", e)
+            await writeback.relieve()
         return written
 
     async def _flush_handle(self, handle: OpenFile) -> None:
@@ -319,7 +317,9 @@ class Operations(pyfuse3.Operations):
 
     @_boundary
     async def release(self, fh: int) -> None:
-        self.files.pop(fh)
+        handle = self.files.pop(fh)
+        if handle is not None and handle.wrote:
+            handle.node.view.closed()
 
     async def _changed(self, inode: int, node: FileNode, *, data: bool) -> None:
         """Tell the kernel that an array's files changed, so no stale page is served.

@@ -25,6 +25,9 @@ class View(ABC):
     def prefetch(self, offset: int) -> None:  # noqa: B027 - only array views read ahead
         """A reader streams sequentially and will soon ask for ``offset`` onwards."""
 
+    def closed(self) -> None:  # noqa: B027 - only array.npy keeps per-writer state
+        """A handle that wrote to this file was closed."""
+
     async def write(self, offset: int, data: bytes) -> int:
         raise AccessDeniedError("metadata documents are read-only")
 

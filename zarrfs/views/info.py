@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import trio
 
-from zarrfs.core.arrays import ArrayState, Buffer
-from zarrfs.core.layout import grid_shape
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.reading import Buffer
+from zarrfs.formats.layout import grid_shape
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import io
+import logging
 
 import numpy as np
 from numpy.lib import format as npy_format
 
-from zarrfs.core.arrays import ArrayState, Buffer
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.reading import Buffer
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
 
 try:  # numpy >= 2 keeps the implementation in a private module
@@ -16,6 +18,13 @@ try:  # numpy >= 2 keeps the implementation in a private module
 except ImportError:  # numpy 1.x
     _write_array_header = npy_format._write_array_header
 from zarrfs.views.base import View
+
+log = logging.getLogger(__name__)
+
+
+# numpy itself refuses longer headers unless told otherwise (max_header_size): a
+# header being written is held in memory until complete, so no more than this.
+MAX_HEADER = 10000
 
 
 @functools.lru_cache(maxsize=1024)  # a hierarchy has many arrays of one dtype and shape
@@ -56,6 +65,8 @@ def parse_npy_header(data: bytes) -> tuple[int, np.dtype, tuple[int, ...], bool]
     if len(data) < 8 + length_size:
         return None
     length = int.from_bytes(data[8 : 8 + length_size], "little")
+    if length > MAX_HEADER:
+        raise ValueError(f"header of {length} bytes (numpy reads at most {MAX_HEADER})")
     total = 8 + length_size + length
     if len(data) < total:
         return None
@@ -138,7 +149,11 @@ class NpyView(View):
         pending = state.npy_header_pending
         assert pending is not None
         if offset > len(pending):
-            pending.extend(bytes(offset - len(pending)))
+            # Held in memory until it parses: no gap may make it grow unasked.
+            raise InvalidArgumentError(
+                f"{state.meta.display_name}: after truncation the NPY header must be "
+                f"written first (write at {offset}, {len(pending)} bytes so far)"
+            )
         pending[offset : offset + len(data)] = data
         try:
             parsed = parse_npy_header(pending)
@@ -169,6 +184,19 @@ class NpyView(View):
         if rest:
             await state.write(0, rest)
         return len(data)
+
+    def closed(self) -> None:
+        """A handle that wrote was closed: a header it left incomplete is dropped, so
+        the file is the array again (an interrupted ``np.save``, ``: > array.npy``)."""
+        pending = self.state.npy_header_pending
+        if pending is not None:
+            if pending:
+                log.warning(
+                    "%s: dropping %d bytes of an incomplete NPY header",
+                    self.state.meta.display_name,
+                    len(pending),
+                )
+            self.state.npy_header_pending = None
 
     def truncate(self, size: int) -> None:
         state = self.state

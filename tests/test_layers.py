@@ -1,0 +1,65 @@
+"""Layers one way: stores → formats → core → views → tree → fuse → mount/cli.
+
+No module imports one of a layer above its own (DESIGN.md section 4), lazily inside
+a function included; ``errors`` and ``__init__``/``__main__`` stand outside.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "zarrfs"
+
+LAYERS = ["stores", "formats", "core", "views", "tree", "fuse", "mount"]
+SHARED = {"errors", "__init__", "__main__"}
+TOP = {"cli": "mount", "runstate": "mount"}  # modules beside mount.py, same layer
+
+
+def layer_of(module: str) -> str | None:
+    """``zarrfs.core.arrays`` → "core"; None for shared modules."""
+    parts = module.split(".")
+    if parts[0] != "zarrfs" or len(parts) < 2:
+        return None
+    name = parts[1]
+    if name in SHARED:
+        return None
+    return TOP.get(name, name)
+
+
+def imports_of(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+    return [name for name in found if name.startswith("zarrfs")]
+
+
+def test_every_module_has_a_known_layer() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(("zarrfs", *path.relative_to(PACKAGE).with_suffix("").parts))
+        layer = layer_of(module)
+        assert layer is None or layer in LAYERS, f"{module}: unknown layer {layer!r}"
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(("zarrfs", *path.relative_to(PACKAGE).with_suffix("").parts))
+        own = layer_of(module)
+        if own is None:
+            continue
+        for imported in imports_of(path):
+            other = layer_of(imported)
+            if other is not None and LAYERS.index(other) > LAYERS.index(own):
+                wrong.append(f"{module} ({own}) imports {imported} ({other})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_sees_a_violation() -> None:
+    assert layer_of("zarrfs.core.arrays") == "core"
+    assert layer_of("zarrfs.cli") == "mount"
+    assert layer_of("zarrfs.errors") is None
+    assert LAYERS.index(layer_of("zarrfs.views.raw")) > LAYERS.index("core")

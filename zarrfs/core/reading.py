@@ -1,0 +1,205 @@
+"""Reading an array's bytes: chunks as reads see them, assembled into C-order bytes.
+
+``ArrayReads`` is the read side of ``ArrayState`` (core/arrays.py): what a read
+returns, the fast path for chunks that are runs of array.raw, and read-ahead. It
+sees the state's dirty, flushing and stale chunks through the attributes and
+methods ``ArrayState`` defines.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import trio
+
+from zarrfs.errors import ZarrfsError
+from zarrfs.formats.layout import Index, contiguous_chunk_nbytes, contiguous_runs, plan_range
+from zarrfs.formats.model import ArrayMeta
+
+if TYPE_CHECKING:
+    from zarrfs.core.arrays import Dirty
+    from zarrfs.core.chunks import ChunkCache
+
+# Sequential readers get the chunks ahead of them loaded in the background.
+READ_AHEAD = 8 * 2**20
+READ_AHEAD_CHUNKS = 4
+
+Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no copy
+
+
+class ChunkSource(Protocol):
+    async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None: ...
+
+
+async def read_array_bytes(cache: ChunkSource, meta: ArrayMeta, offset: int, size: int) -> bytes:
+    """Bytes ``[offset, offset + size)`` of the C-order array, clipped at its end.
+
+    Every chunk the range touches is fetched once, concurrently; the copies are
+    bytewise (a void dtype of the element size), so NaN payloads and odd dtypes
+    survive untouched.
+    """
+    plan = plan_range(meta.shape, meta.chunks, meta.itemsize, offset, size)
+    if plan.nbytes == 0:
+        return b""
+    void = np.dtype((np.void, meta.itemsize))
+    chunks: dict[Index, np.ndarray | None] = {}
+    errors: list[ZarrfsError] = []
+
+    async def fetch(index: Index) -> None:
+        try:
+            chunks[index] = await cache.get(meta, index)
+        except ZarrfsError as e:
+            errors.append(e)
+
+    if len(plan.chunks) == 1:
+        await fetch(next(iter(plan.chunks)))
+    else:
+        async with trio.open_nursery() as nursery:
+            for index in plan.chunks:
+                nursery.start_soon(fetch, index)
+    if errors:
+        raise errors[0]
+
+    buf = np.empty(plan.n_elements, dtype=void)
+    fill = np.frombuffer(meta.fill_bytes, dtype=void)[0]
+    for index, pieces in plan.chunks.items():
+        chunk = chunks[index]
+        source = None if chunk is None else chunk.view(void)
+        for piece in pieces:
+            count = math.prod(piece.box_shape)
+            box = buf[piece.box_start : piece.box_start + count].reshape(piece.box_shape)
+            box[piece.box_selection] = fill if source is None else source[piece.chunk_selection]
+    flat = buf.view(np.uint8)
+    return flat[plan.byte_offset : plan.byte_offset + plan.nbytes].tobytes()
+
+
+class ArrayReads:
+    """The read path of one array's live state (see ArrayState)."""
+
+    meta: ArrayMeta
+    cache: ChunkCache
+    dirty: dict[Index, Dirty]
+    flushing: dict[Index, np.ndarray]
+    tail: bytearray
+    _prefetched_to: int
+    _released_to: int
+
+    def _is_stale(self, index: Index) -> bool:
+        raise NotImplementedError
+
+    async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None:
+        raise NotImplementedError
+
+    async def read(self, offset: int, size: int) -> Buffer:
+        meta = self.meta
+        stored = meta.nbytes
+        out: Buffer = b""
+        if offset < stored:
+            length = min(size, stored - offset)
+            run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+            if run is not None:
+                out = await self._read_runs(run, offset, length)
+            else:
+                out = await read_array_bytes(self, meta, offset, length)
+        if offset + size > stored and self.tail:
+            start = max(offset - stored, 0)
+            out = bytes(out) + bytes(self.tail[start : offset + size - stored])
+        return out
+
+    async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
+        """The fast path: chunks are runs of array.raw, served as slices of their bytes."""
+        runs = contiguous_runs(chunk_nbytes, offset, length)
+        trailing = (0,) * (len(self.meta.shape) - 1)
+        chunks = await self._get_many([(number, *trailing) for number, _, _ in runs])
+        pieces: list[Buffer] = []
+        fill = self.meta.fill_bytes
+        for (_, start, stop), chunk in zip(runs, chunks):
+            if chunk is None:
+                phase = start % len(fill)
+                count = -(-(stop - start + phase) // len(fill))
+                pieces.append((fill * count)[phase : phase + stop - start])
+                continue
+            part = memoryview(chunk.reshape(-1).view(np.uint8))[start:stop]
+            # Cached chunks are immutable; a dirty one may change after we return.
+            pieces.append(bytes(part) if chunk.flags.writeable else part)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def prefetch(self, offset: int) -> None:
+        """A reader is streaming from ``offset``: load the chunks ahead of it.
+
+        The window is a few chunks (at least READ_AHEAD bytes, at most a quarter of
+        the cache, so read-ahead cannot evict what it loaded before it is read).
+        """
+        meta = self.meta
+        end = min(offset + self._read_ahead_bytes(), meta.nbytes)
+        ahead = self._prefetched_to
+        start = ahead if offset <= ahead <= end else offset  # else: the reader jumped
+        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+        if run is not None:
+            # Chunks the stream has passed (one kept for late requests) go first,
+            # also once the window has reached the end of the array.
+            trailing = (0,) * (len(meta.shape) - 1)
+            passed = offset // run - 1
+            if passed < self._released_to - 1:  # the reader jumped back: a new stream
+                self._released_to = max(passed, 0)
+            for number in range(self._released_to, passed):
+                self.cache.release(meta, (number, *trailing))
+            self._released_to = max(self._released_to, passed)
+        if start >= end:
+            return
+        if run is not None:
+            trailing = (0,) * (len(meta.shape) - 1)
+            for number, begin, _ in contiguous_runs(run, start, end - start):
+                if not self._prefetch_chunk((number, *trailing)):
+                    self._prefetched_to = number * run + begin
+                    return
+        else:
+            plan = plan_range(meta.shape, meta.chunks, meta.itemsize, start, end - start)
+            if not all([self._prefetch_chunk(index) for index in plan.chunks]):
+                return  # try the whole window again on the next read
+        self._prefetched_to = end
+
+    def _read_ahead_bytes(self) -> int:
+        wanted = max(READ_AHEAD, READ_AHEAD_CHUNKS * self.meta.chunk_nbytes)
+        return min(wanted, self.cache.max_bytes // 4)
+
+    def _prefetch_chunk(self, index: Index) -> bool:
+        if index in self.dirty or index in self.flushing or self._is_stale(index):
+            return True
+        return self.cache.prefetch(self.meta, index)
+
+    async def _get_many(self, indices: list[Index]) -> list[np.ndarray | None]:
+        """Chunks as reads see them, fetched concurrently; the first error is raised."""
+        if len(indices) == 1:
+            return [await self.get(self.meta, indices[0])]
+        ready = [self._ready(index) for index in indices]
+        if all(found for found, _ in ready):  # all at hand: no tasks to start
+            return [chunk for _, chunk in ready]
+        results: list[np.ndarray | None] = [None] * len(indices)
+        errors: list[ZarrfsError] = []
+
+        async def fetch(position: int, index: Index) -> None:
+            try:
+                results[position] = await self.get(self.meta, index)
+            except ZarrfsError as e:
+                errors.append(e)
+
+        async with trio.open_nursery() as nursery:
+            for position, index in enumerate(indices):
+                nursery.start_soon(fetch, position, index)
+        if errors:
+            raise errors[0]
+        return results
+
+    def _ready(self, index: Index) -> tuple[bool, np.ndarray | None]:
+        """(True, chunk) when ``get`` would answer without waiting, else (False, None)."""
+        dirty = self.dirty.get(index)
+        if dirty is not None:
+            return (True, dirty.data) if dirty.mask is None else (False, None)
+        if self._is_stale(index):
+            return True, None
+        if index in self.flushing:
+            return True, self.flushing[index]
+        return self.cache.ready(self.meta.path, index)
