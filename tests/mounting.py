@@ -82,6 +82,21 @@ def peak_rss(process: subprocess.Popen) -> int:
     raise AssertionError(f"no VmHWM for pid {process.pid}")
 
 
+@contextmanager
+def memory_cap(extra: int = 2 << 30) -> Iterator[None]:
+    """Cap this (test) process's address space at its current size plus ``extra``, so
+    a regression that allocates without bound raises MemoryError instead of taking
+    the machine down."""
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (size + extra, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+
+
 def _address_space_cap(nbytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
 

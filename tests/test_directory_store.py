@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import stat
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.mounting import memory_cap
+from tests.test_enospc import tiny_tmpfs
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import directory
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
@@ -105,35 +104,6 @@ def run_promptly(function: Callable[[], object]) -> BaseException | object:
     thread.join(PROMPT)
     assert not thread.is_alive(), f"blocked for more than {PROMPT}s"
     return outcome[0]
-
-
-@contextmanager
-def memory_cap(extra: int = 1 << 30) -> Iterator[None]:
-    """Cap this process's address space at its size plus ``extra``: an unbounded read
-    (a regression) ends in MemoryError instead of eating the machine."""
-    with open("/proc/self/status") as f:
-        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    old = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (size + extra, old[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, old)
-
-
-@contextmanager
-def tmpfs(path: Path) -> Iterator[Path]:
-    path.mkdir(exist_ok=True)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(path)],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield path
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def make_root(tmp_path: Path) -> Path:
@@ -286,7 +256,7 @@ def test_devices_are_refused(tmp_path: Path, open_store: OpenStore) -> None:
     os.mknod(root / "a" / "1", stat.S_IFCHR | 0o600, zero)
     store = open_store(root)
     for key, kind in (("a/0", "symbolic link"), ("a/1", "character device")):
-        with memory_cap():
+        with memory_cap(1 << 30):
             result = run_promptly(lambda key=key: store.get(key))
         assert isinstance(result, InvalidValueError), (key, result)
         assert kind in str(result)
@@ -344,7 +314,7 @@ def test_a_mount_inside_the_store_is_not_entered(tmp_path: Path, open_store: Ope
     InvalidValueError, EXDEV), it is no prefix, nothing is written, deleted or
     cleaned up in it."""
     root = make_root(tmp_path)
-    with tmpfs(root / "m") as mounted:
+    with tiny_tmpfs(root / "m") as mounted:
         (mounted / "0").write_bytes(SECRET)
         (mounted / "sub").mkdir()
         old_temp = mounted / f".0{TEMP_MARKER}abcd1234"

@@ -5,10 +5,7 @@ Each test here failed on the code before its fix (issue 10, items B.1, D.1, D.4,
 
 from __future__ import annotations
 
-import resource
 import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +13,7 @@ import pytest
 import trio
 import zarr
 
+from tests.mounting import memory_cap
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
@@ -24,20 +22,6 @@ from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView
-
-
-@contextmanager
-def memory_cap(extra: int = 2 << 30) -> Iterator[None]:
-    """Cap this process's address space at its current size plus ``extra``, so a
-    regression raises MemoryError instead of taking the machine down."""
-    with open("/proc/self/status") as f:
-        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    old = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (size + extra, old[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, old)
 
 
 def open_array(root: Path, budget: int = 1 << 30) -> tuple[ArrayState, WriteBack]:
