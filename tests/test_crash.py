@@ -34,6 +34,7 @@ import zarr
 
 import zarrfs.stores.directory
 from tests.mounting import Mounted, mounted, unmount
+from zarrfs import runstate
 
 pytestmark = pytest.mark.mount
 
@@ -81,6 +82,9 @@ def kill_daemon(m: Mounted) -> None:
     """SIGKILL the daemon this test started (by PID) and wait for it."""
     os.kill(m.process.pid, signal.SIGKILL)
     m.process.wait(timeout=30)
+    # What zarrfs umount would read about it: say it died, and leave no file behind.
+    record = runstate.collect(m.process.pid, os.getuid())
+    assert record is not None and runstate.explain(record, m.process.pid), record
 
 
 def remove_dead_mount(m: Mounted) -> None:
