@@ -340,6 +340,10 @@ def test_a_running_record_that_outlives_its_daemon_means_it_died(tmp_path: Path)
             "2 chunks (100 bytes) of 1 array were not stored: x; "
             "7 bytes of incomplete rows of 2 arrays were dropped",
         ),
+        (
+            runstate.Unstored(tail_bytes=1, tail_arrays=1),
+            "1 byte of an incomplete row of 1 array was dropped",
+        ),
     ],
 )
 def test_what_was_not_stored_is_one_phrase(unstored: runstate.Unstored, line: str) -> None:

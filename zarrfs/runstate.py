@@ -256,9 +256,10 @@ class Unstored:
             parts[-1] += f": {self.error}"
         if self.tail_bytes:
             rows = "an incomplete row" if self.tail_arrays == 1 else "incomplete rows"
+            verb = "was" if self.tail_bytes == 1 else "were"
             parts.append(
                 f"{_plural(self.tail_bytes, 'byte')} of {rows} of "
-                f"{_plural(self.tail_arrays, 'array')} were dropped"
+                f"{_plural(self.tail_arrays, 'array')} {verb} dropped"
             )
         return "; ".join(parts)
 
