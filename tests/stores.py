@@ -14,12 +14,34 @@ from zarrfs.stores.directory import DirectoryStore
 
 class CountingStore(DirectoryStore):
     """A directory store that counts reads per key (as zarr-python's test_accessed_chunks)
-    and listings per prefix."""
+    and listings per prefix.
+
+    ``gets`` counts whole-value reads only; ``range_calls`` counts get_range and
+    get_ranges calls per key, and ``ranges`` records every range they asked for, as
+    (key, start, length) in order, so a test can prove that a shard was read as its
+    index and one chunk's bytes and never whole. ``sizes`` counts size calls."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.gets: Counter[str] = Counter()
         self.lists: Counter[str] = Counter()
+        self.range_calls: Counter[str] = Counter()
+        self.ranges: list[tuple[str, int, int]] = []
+        self.sizes: Counter[str] = Counter()
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        self.range_calls[key] += 1
+        self.ranges.append((key, start, length))
+        return super().get_range(key, start, length)
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        self.range_calls[key] += 1
+        self.ranges.extend((key, start, length) for start, length in ranges)
+        return super().get_ranges(key, ranges)
+
+    def size(self, key: str) -> int | None:
+        self.sizes[key] += 1
+        return super().size(key)
 
     def list_dir(self, prefix: str) -> Listing:
         self.lists[prefix] += 1

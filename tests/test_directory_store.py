@@ -52,13 +52,13 @@ def open_store(
     """A DirectoryStore factory using openat2, or the fallback walk (as on a kernel
     or seccomp profile without openat2)."""
     if request.param == "walk":
-        monkeypatch.setattr(directory, "_openat2_works", lambda fd: False, raising=False)
+        monkeypatch.setattr(directory, "openat2_works", lambda fd: False, raising=False)
     stores: list[DirectoryStore] = []
 
     def make(root: Path) -> DirectoryStore:
         store = DirectoryStore(str(root))
         if request.param == "openat2" and hasattr(directory, "_openat2"):
-            assert store._resolve is directory._openat2, "openat2 unavailable on this kernel"
+            assert store._resolve is directory.openat2, "openat2 unavailable on this kernel"
         stores.append(store)
         return store
 

@@ -19,6 +19,44 @@ def join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
+# The most one ranged read may ask for (and all ranges of one ``get_ranges`` call
+# together). Lengths come from untrusted metadata (a shard index): a request is
+# refused before anything of its size is allocated or fetched.
+RANGE_LIMIT = 256 << 20
+# Offsets go to pread(2) and HTTP Range headers as signed 64-bit integers.
+_MAX_OFFSET = (1 << 63) - 1
+
+
+def check_ranges(ranges: list[tuple[int, int]]) -> None:
+    """Refuse malformed ranges (``ValueError``) and too much asked for
+    (``InvalidValueError``): every store checks the same way, before any I/O."""
+    total = 0
+    for start, length in ranges:
+        for number in (start, length):
+            # bool is an int, and a float or numpy scalar here is a caller's bug.
+            if type(number) is not int:
+                raise ValueError(f"range ({start!r}, {length!r}): not integers")
+        if length < 0:
+            raise ValueError(f"range ({start}, {length}): negative length")
+        if not -_MAX_OFFSET <= start <= _MAX_OFFSET or start + length > _MAX_OFFSET:
+            raise ValueError(f"range ({start}, {length}): offset out of bounds")
+        total += length
+        if length > RANGE_LIMIT or total > RANGE_LIMIT:
+            raise InvalidValueError(
+                f"range ({start}, {length}): more than {RANGE_LIMIT} bytes asked for"
+            )
+
+
+def resolve_range(start: int, length: int, size: int) -> tuple[int, int]:
+    """(offset, count) that ``get_range(key, start, length)`` reads of a value of
+    ``size`` bytes: the range [start, start + length), a negative ``start`` first
+    taken as ``size + start``, cut to [0, size)."""
+    begin = start if start >= 0 else size + start
+    end = min(begin + length, size)
+    begin = max(begin, 0)
+    return begin, max(end - begin, 0)
+
+
 @dataclass(frozen=True)
 class Listing:
     """Direct children of a prefix: plain keys and sub-prefixes (names only)."""
@@ -35,6 +73,48 @@ class Store(ABC):
         A value that may not be read (not a plain value of the store, e.g. a link
         out of it) or is larger than ``limit`` bytes raises ``InvalidValueError``.
         """
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        """Bytes [start, start + length) of the value of ``key``, or ``None`` when it
+        does not exist (as for ``get``: a directory is no value either).
+
+        Like pread(2), fewer bytes (possibly none) come back where the range runs
+        past the value's end. A negative ``start`` counts from the end: the range
+        is [size + start, size + start + length), and whatever of it lies before
+        the value's first byte is cut off; so ``get_range(key, -n, n)`` is the last
+        ``n`` bytes (the whole value if it is shorter), fetched without knowing the
+        size (an HTTP suffix range). ``resolve_range`` is the exact rule.
+
+        A negative length, a non-integer or an offset beyond 2**63 - 1 raise
+        ``ValueError``; a length over ``RANGE_LIMIT`` raises ``InvalidValueError``
+        (checked before the store is touched); a value that ``get`` refuses is
+        refused here too. This generic version reads the whole value: stores
+        that can read a range natively override it.
+        """
+        ranges = self.get_ranges(key, [(start, length)])
+        return None if ranges is None else ranges[0]
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        """``get_range`` of each (start, length) of ``ranges``, of one and the same
+        value (read once here), in order; ``None`` when ``key`` does not exist.
+        All ranges together may ask for at most ``RANGE_LIMIT`` bytes."""
+        check_ranges(ranges)
+        value = self.get(key)
+        if value is None:
+            return None
+        out = []
+        for start, length in ranges:
+            offset, count = resolve_range(start, length, len(value))
+            out.append(value[offset : offset + count])
+        return out
+
+    def size(self, key: str) -> int | None:
+        """The length of the value of ``key`` in bytes, ``None`` when it does not
+        exist; refused as ``get`` refuses. A shard index needs no size first (one at
+        the start is ``get_range(key, 0, n)``, one at the end ``get_range(key, -n,
+        n)``): this is for checks and summaries. This generic version reads the value."""
+        value = self.get(key)
+        return None if value is None else len(value)
 
     @abstractmethod
     def contains(self, key: str) -> bool: ...

@@ -13,29 +13,35 @@ a key nor a prefix, and only regular files are read.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
-import platform
 import secrets
 import stat
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from zarrfs.errors import InvalidValueError, StoreError
-from zarrfs.stores.base import Listing, Store
+from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
+from zarrfs.stores.fileio import (
+    CLOEXEC,
+    DIRECTORY,
+    fsync_directory,
+    openat2,
+    openat2_works,
+    pread_exactly,
+    read_exactly,
+    start_writeback,
+    sync_data,
+)
 
 # Temporary files are named ".<key name>.zarrfs-tmp-<random>" beside their target:
 # hidden, never a valid chunk or metadata key, and removed by ``cleanup``.
 TEMP_MARKER = ".zarrfs-tmp-"
 
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then refuses it).
-_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | _CLOEXEC
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC  # O_RDONLY: fsync and scandir need it
-_LSTAT = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | _CLOEXEC
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | CLOEXEC
+_LSTAT = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | CLOEXEC
 
 _MISSING = (errno.ENOENT, errno.ENOTDIR)
 # A symlink on the path (openat2, O_NOFOLLOW) or a mount point crossed: not ours.
@@ -49,11 +55,11 @@ class DirectoryStore(Store):
         self.root = os.path.abspath(root)
         try:
             # The root itself may be reached through links: the user named it.
-            self._root_fd = os.open(self.root, _DIRECTORY)
+            self._root_fd = os.open(self.root, DIRECTORY)
         except OSError as e:
             raise StoreError(f"opening {self.root!r}: {e.strerror}", e.errno or errno.EIO) from e
         self._root_dev = os.fstat(self._root_fd).st_dev
-        self._resolve: Resolver = _openat2 if _openat2_works(self._root_fd) else self._walk
+        self._resolve: Resolver = openat2 if openat2_works(self._root_fd) else self._walk
 
     def describe(self) -> str:
         return self.root
@@ -75,7 +81,7 @@ class DirectoryStore(Store):
         fd = dir_fd
         try:
             for name in directories:
-                fd, parent = self._walk_one(fd, name, _DIRECTORY), fd
+                fd, parent = self._walk_one(fd, name, DIRECTORY), fd
                 if parent != dir_fd:
                     os.close(parent)
             return self._walk_one(fd, last, flags)
@@ -87,7 +93,7 @@ class DirectoryStore(Store):
         try:
             fd = os.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
         except NotADirectoryError:
-            # O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink too: which was it?
+            # ODIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink too: which was it?
             if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
             raise
@@ -107,7 +113,7 @@ class DirectoryStore(Store):
         directories are made one at a time, each made durable in its parent at once
         (a value renamed into a directory is only as durable as the directory)."""
         try:
-            return self._resolve(self._root_fd, path, _DIRECTORY)
+            return self._resolve(self._root_fd, path, DIRECTORY)
         except FileNotFoundError:
             if not create:
                 raise
@@ -115,19 +121,19 @@ class DirectoryStore(Store):
         try:
             for name in path.split("/"):
                 try:
-                    child = self._resolve(fd, name, _DIRECTORY)
+                    child = self._resolve(fd, name, DIRECTORY)
                 except FileNotFoundError:
                     # EEXIST: a concurrent stage made it and may not have synced it yet.
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(name, dir_fd=fd)
                     try:
-                        _fsync_directory(fd)
+                        fsync_directory(fd)
                     except OSError:
                         # Existing, it would never be synced again: make the next try anew.
                         with contextlib.suppress(OSError):
                             os.rmdir(name, dir_fd=fd)
                         raise
-                    child = self._resolve(fd, name, _DIRECTORY)
+                    child = self._resolve(fd, name, DIRECTORY)
                 os.close(fd)
                 fd = child
         except BaseException:
@@ -150,10 +156,11 @@ class DirectoryStore(Store):
 
     # -- reading -----------------------------------------------------------------------
 
-    def get(self, key: str, *, limit: int | None = None) -> bytes | None:
-        """The value of a regular file in the store; ``None`` for a missing key or a
-        directory. A symlink anywhere on the path, a mount point crossed, a FIFO,
-        device or socket, or more than ``limit`` bytes raise InvalidValueError."""
+    def _open_value(self, key: str) -> tuple[int, os.stat_result] | None:
+        """A descriptor and fstat of the regular file that is the value of ``key``
+        (the caller closes it); ``None`` for a missing key or a directory. A symlink
+        anywhere on the path, a mount point crossed, a FIFO, device or socket raise
+        InvalidValueError."""
         try:
             fd = self._resolve(self._root_fd, _relative(key), _READ)
         except OSError as e:
@@ -165,18 +172,66 @@ class DirectoryStore(Store):
             if stat.S_ISDIR(st.st_mode):
                 # A prefix, not a value: a group's child array may be named like a
                 # metadata key ("meta", "attrs") that the tree probes for.
+                os.close(fd)
                 return None
             if not stat.S_ISREG(st.st_mode):
                 raise InvalidValueError(f"reading {key!r}: {_kind(st.st_mode)}, not a regular file")
+        except OSError as e:
+            os.close(fd)
+            raise _failure("reading", key, e) from e
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+    def get(self, key: str, *, limit: int | None = None) -> bytes | None:
+        """The value of a regular file in the store; ``None`` for a missing key or a
+        directory. A symlink anywhere on the path, a mount point crossed, a FIFO,
+        device or socket, or more than ``limit`` bytes raise InvalidValueError."""
+        opened = self._open_value(key)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
             if limit is not None and st.st_size > limit:
                 raise InvalidValueError(
                     f"reading {key!r}: {st.st_size} bytes, more than the limit of {limit}"
                 )
-            return _read_exactly(fd, st.st_size)
+            return read_exactly(fd, st.st_size)
         except OSError as e:
             raise _failure("reading", key, e) from e
         finally:
             os.close(fd)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        # Not through get_ranges: a subclass counting calls would count it twice.
+        ranges = self._read_ranges(key, [(start, length)])
+        return None if ranges is None else ranges[0]
+
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        return self._read_ranges(key, ranges)
+
+    def _read_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        """One open resolved as ``get``'s, then one pread per range; a suffix range
+        is placed by the size fstat gave at that open."""
+        check_ranges(ranges)
+        opened = self._open_value(key)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
+            return [pread_exactly(fd, *resolve_range(s, n, st.st_size)) for s, n in ranges]
+        except OSError as e:
+            raise _failure("reading", key, e) from e
+        finally:
+            os.close(fd)
+
+    def size(self, key: str) -> int | None:
+        opened = self._open_value(key)
+        if opened is None:
+            return None
+        os.close(opened[0])
+        return opened[1].st_size
 
     def contains(self, key: str) -> bool:
         st = self._lstat(key)
@@ -190,7 +245,7 @@ class DirectoryStore(Store):
         """Regular files are keys, directories on the root's filesystem prefixes;
         symlinks, mount points and everything else are neither."""
         try:
-            fd = self._resolve(self._root_fd, _relative(prefix), _DIRECTORY)
+            fd = self._resolve(self._root_fd, _relative(prefix), DIRECTORY)
         except OSError as e:
             if e.errno in _MISSING:
                 return Listing((), ())
@@ -218,7 +273,7 @@ class DirectoryStore(Store):
         """Regular files below ``prefix``, never through a symlink or into another
         mount; our own temporary files are not keys."""
         try:
-            top = self._resolve(self._root_fd, _relative(prefix), _DIRECTORY)
+            top = self._resolve(self._root_fd, _relative(prefix), DIRECTORY)
         except (OSError, StoreError):
             return
         try:
@@ -277,7 +332,7 @@ class DirectoryStore(Store):
                 while view:
                     view = view[os.write(fd, view) :]
                 # Start writing it back now, so the batch's fdatasyncs find less to do.
-                _start_writeback(fd)
+                start_writeback(fd)
             finally:
                 os.close(fd)
         except OSError as e:
@@ -311,7 +366,7 @@ class DirectoryStore(Store):
                 key = item.key
                 if item.directory not in directories:
                     directories[item.directory] = self._directory(item.directory)
-                _sync_data(directories[item.directory], item.temp_name)
+                sync_data(directories[item.directory], item.temp_name)
             for item in staged:
                 key = item.key
                 fd = directories[item.directory]
@@ -332,7 +387,7 @@ class DirectoryStore(Store):
         """Unlinks the key itself (a symlink key: the link, never its target)."""
         directory, name = _split(key)
         try:
-            fd = self._resolve(self._root_fd, directory, _DIRECTORY)
+            fd = self._resolve(self._root_fd, directory, DIRECTORY)
         except OSError as e:
             if e.errno in _MISSING:
                 return
@@ -345,7 +400,7 @@ class DirectoryStore(Store):
                     return
                 raise
             if durable:
-                _fsync_directory(fd)
+                fsync_directory(fd)
         except OSError as e:
             raise _failure("deleting", key, e) from e
         finally:
@@ -361,13 +416,13 @@ class DirectoryStore(Store):
 
     def _sync_directory(self, directory: str, what: str, *, missing_ok: bool) -> None:
         try:
-            fd = self._resolve(self._root_fd, directory, _DIRECTORY)
+            fd = self._resolve(self._root_fd, directory, DIRECTORY)
         except OSError as e:
             if missing_ok and e.errno in (*_MISSING, *_FORBIDDEN):
                 return
             raise _failure("syncing", what, e) from e
         try:
-            _fsync_directory(fd)
+            fsync_directory(fd)
         except OSError as e:
             raise _failure("syncing", what, e) from e
         finally:
@@ -436,118 +491,3 @@ _KINDS = {
     stat.S_IFSOCK: "a socket",
     stat.S_IFLNK: "a symbolic link",
 }
-
-
-def _read_exactly(fd: int, size: int) -> bytes:
-    """``size`` bytes at most: a file that grows while read is not read past them."""
-    if size == 0:
-        return b""
-    data = os.read(fd, size)
-    if len(data) == size or not data:
-        return data
-    parts = [data]
-    left = size - len(data)
-    while left:
-        more = os.read(fd, left)
-        if not more:
-            break  # it shrank: what is there (the decoder judges it)
-        parts.append(more)
-        left -= len(more)
-    return b"".join(parts)
-
-
-def _libc(name: str) -> Callable[..., int] | None:
-    try:
-        return getattr(ctypes.CDLL(None, use_errno=True), name)  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-_SYNC_FILE_RANGE = _libc("sync_file_range")
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing ``fd``'s dirty pages, without waiting."""
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, ctypes.c_int64(0), ctypes.c_int64(0), _SYNC_FILE_RANGE_WRITE)
-
-
-def _sync_data(dir_fd: int, name: str) -> None:
-    """Make the bytes of a staged file durable.
-
-    Each file started writing back when it was staged, so this mostly waits for
-    I/O already under way. (A ``syncfs`` per batch was tried: it also wrote back
-    every other dirty file of the filesystem, which cost a second per GiB the
-    user had written elsewhere.)"""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_directory(fd: int) -> None:
-    """Make a rename, unlink or mkdir durable; a filesystem that cannot fsync
-    directories is fine."""
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-
-
-# -- openat2(2) ----------------------------------------------------------------------
-
-_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437}.get(platform.machine())
-_RESOLVE = 0x01 | 0x02 | 0x04 | 0x08  # NO_XDEV | NO_MAGICLINKS | NO_SYMLINKS | BENEATH
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-def _syscall() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux") or _SYS_OPENAT2 is None:
-        return None
-    try:
-        # A CDLL of our own: argtypes set here must not change anyone else's syscall.
-        function = ctypes.CDLL(None, use_errno=True).syscall
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_long
-    # syscall(2) is variadic; on x86_64 and aarch64 Linux integer and pointer
-    # arguments pass as for a fixed signature.
-    long, char_p, void_p = ctypes.c_long, ctypes.c_char_p, ctypes.c_void_p
-    function.argtypes = [long, long, char_p, void_p, ctypes.c_size_t]
-    return function  # type: ignore[no-any-return]
-
-
-_SYSCALL = _syscall()
-_HOW_SIZE = ctypes.sizeof(_OpenHow)
-_HOWS: dict[int, _OpenHow] = {}  # per open flags; the kernel only reads them
-
-
-def _openat2(dir_fd: int, path: str, flags: int) -> int:
-    """openat(2) beneath ``dir_fd``: ELOOP for a symlink anywhere on ``path``,
-    EXDEV for a mount point crossed. ctypes releases the GIL for the call."""
-    how = _HOWS.get(flags)
-    if how is None:
-        how = _HOWS.setdefault(flags, _OpenHow(flags, 0, _RESOLVE))
-    fd = _SYSCALL(_SYS_OPENAT2, dir_fd, os.fsencode(path), ctypes.byref(how), _HOW_SIZE)  # type: ignore[misc]
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-    return fd
-
-
-def _openat2_works(root_fd: int) -> bool:
-    """Whether openat2 with our RESOLVE flags is there: not before Linux 5.6, and
-    some seccomp filters answer EPERM or ENOSYS for it."""
-    if _SYSCALL is None:
-        return False
-    try:
-        os.close(_openat2(root_fd, ".", _DIRECTORY))
-    except OSError:
-        return False
-    return True
