@@ -31,6 +31,7 @@ from zarrfs.views.info import INFO_NAME, Stored, info_size, info_text, summarise
 
 # Every metadata document name of every layout: the only keys listing may read.
 METADATA_NAMES = {
+    "zarr.json",
     ".zarray",
     ".zattrs",
     ".zgroup",

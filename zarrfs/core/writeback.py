@@ -41,6 +41,7 @@ from zarrfs.formats.consolidated import replace_entry
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.formats.v2 import CONSOLIDATED_KEY, rewrite_shape
+from zarrfs.formats.v3 import ZARR_JSON, replace_consolidated_entry
 from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -371,22 +372,30 @@ class WriteBack:
                 self.cache.put(meta.path, index, None)
             state.documents[name] = document
             if consolidated is not None and self.root_documents is not None:
-                self.root_documents[CONSOLIDATED_KEY] = consolidated
+                self.root_documents[consolidated[0]] = consolidated[1]
             state.mark_stored(rows, low, high)
         if state.tail:
             self.resized(state)  # keep it known, so unmount reports the dropped tail
 
-    def _consolidated(self, meta: ArrayMeta, name: str, document: bytes) -> bytes | None:
-        """.zmetadata with this array's entry replaced, if the store has one."""
-        if self.root_documents is None or CONSOLIDATED_KEY not in self.root_documents:
+    def _consolidated(
+        self, meta: ArrayMeta, name: str, document: bytes
+    ) -> tuple[str, bytes] | None:
+        """(root key, new content) of the consolidated metadata with this array's
+        entry replaced: v2's .zmetadata, or the consolidated_metadata inside a v3
+        root zarr.json; None if the store has none that names the array."""
+        docs = self.root_documents
+        if docs is None:
             return None
         try:
-            return replace_entry(
-                self.root_documents[CONSOLIDATED_KEY], join_key(meta.path, name), document
-            )
+            if CONSOLIDATED_KEY in docs:
+                new = replace_entry(docs[CONSOLIDATED_KEY], join_key(meta.path, name), document)
+                return None if new is None else (CONSOLIDATED_KEY, new)
+            if ZARR_JSON in docs and meta.path:
+                new = replace_consolidated_entry(docs[ZARR_JSON], meta.path, document)
+                return None if new is None else (ZARR_JSON, new)
         except MetadataError as e:
-            log.warning("not updating %s: %s", CONSOLIDATED_KEY, e)
-            return None
+            log.warning("not updating the consolidated metadata: %s", e)
+        return None
 
     def _stored_chunks(self, meta: ArrayMeta) -> list[Index]:
         """I/O thread: the indices of the chunks the store holds for this array."""
@@ -398,11 +407,15 @@ class WriteBack:
         return found
 
     def _store_metadata(
-        self, key: str, document: bytes, consolidated: bytes | None, stale: list[str]
+        self,
+        key: str,
+        document: bytes,
+        consolidated: tuple[str, bytes] | None,
+        stale: list[str],
     ) -> None:
         self.store.set(key, document)
         if consolidated is not None:
-            self.store.set(CONSOLIDATED_KEY, consolidated)
+            self.store.set(*consolidated)
         for stale_key in stale:
             self.store.delete(stale_key)
 

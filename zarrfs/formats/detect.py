@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zarrfs.formats import legacy, v2
+from zarrfs.formats import legacy, v2, v3
 from zarrfs.formats.model import NodeMeta
 
 Parser = Callable[[str, bytes, "bytes | None"], NodeMeta]
 
 # Newest first: (metadata key, attributes key, parser).
 LAYOUTS: tuple[tuple[str, str, Parser], ...] = (
+    (v3.ZARR_JSON, "", v3.parse_node),  # attributes live inside zarr.json
     (v2.ARRAY_KEY, v2.ATTRS_KEY, v2.parse_array),
     (v2.GROUP_KEY, v2.ATTRS_KEY, v2.parse_group),
     (legacy.V1_META_KEY, legacy.V1_ATTRS_KEY, legacy.parse_v1_array),
@@ -25,6 +26,7 @@ LAYOUTS: tuple[tuple[str, str, Parser], ...] = (
 )
 
 CANDIDATE_KEYS = (
+    v3.ZARR_JSON,
     v2.ARRAY_KEY,
     v2.GROUP_KEY,
     v2.ATTRS_KEY,

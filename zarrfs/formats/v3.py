@@ -1,0 +1,223 @@
+"""Zarr v3 ``zarr.json`` (pure parsing): groups and non-sharded arrays.
+
+An array's chunks decode through its v3 codec chain (``v3_codecs``) into the data
+type's natural little-endian numpy form, in C order: that is what ``array.raw``
+shows, whatever the ``bytes`` codec's endian (v3 types carry no byte order).
+Sharded arrays, variable-length types and storage transformers are shown as
+metadata only for now (sharding is issue 11's next step).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from zarrfs.errors import MetadataError
+from zarrfs.formats.dtypes import check_geometry, parse_shape
+from zarrfs.formats.layout import Index
+from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, _is_index, join_key
+from zarrfs.formats.v2 import flat_file_problem, load_json_object
+from zarrfs.formats.v3_codecs import V3CodecChain, parse_codecs
+from zarrfs.formats.v3_dtypes import decode_fill_value, parse_data_type
+
+ZARR_JSON = "zarr.json"
+_KNOWN_ARRAY_KEYS = {
+    "zarr_format",
+    "node_type",
+    "shape",
+    "data_type",
+    "chunk_grid",
+    "chunk_key_encoding",
+    "fill_value",
+    "codecs",
+    "attributes",
+    "dimension_names",
+    "storage_transformers",
+}
+
+
+class V3Codecs:
+    """The v3 chain behind the interface the chunk cache and write-back use (the
+    v2 ``CodecPipeline``'s): decode a stored chunk, encode one, describe it."""
+
+    decodes_into = False  # the chain returns its own array
+
+    def __init__(
+        self, codecs: list[Any], chain: V3CodecChain | None, chunk_shape: tuple[int, ...]
+    ) -> None:
+        self.codecs = codecs
+        self.chain = chain
+        self.chunk_shape = chunk_shape
+        # info and xattrs show v2's filters and compressor: here, the codec list
+        self.compressor_config: Any = codecs
+        self.filter_configs: list[Any] = []
+
+    def describe(self) -> str:
+        return self.chain.describe() if self.chain is not None else json.dumps(self.codecs)
+
+    def decode(
+        self,
+        data: bytes,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        order: str,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        if self.chain is None:
+            raise ValueError("this array's chunks cannot be decoded")
+        return self.chain.decode(data, shape)
+
+    def encode(self, chunk: np.ndarray) -> bytes:
+        if self.chain is None:
+            raise ValueError("this array's chunks cannot be encoded")
+        # write-back hands over the chunk flattened in C order (v2 codecs take it so)
+        return self.chain.encode(np.ascontiguousarray(chunk).reshape(self.chunk_shape))
+
+
+def parse_node(path: str, document: bytes, _attrs: bytes | None = None) -> NodeMeta:
+    """A group or an array from its ``zarr.json``; MetadataError when invalid."""
+    where = f"{path or '/'}/{ZARR_JSON}"
+    doc = load_json_object(document, where)
+    if doc.get("zarr_format") != 3:
+        raise MetadataError(f"{where}: zarr_format is {doc.get('zarr_format')!r}, expected 3")
+    attrs = doc.get("attributes", {})
+    if not isinstance(attrs, dict):
+        raise MetadataError(f"{where}: attributes is not a JSON object")
+    node_type = doc.get("node_type")
+    if node_type == "group":
+        return GroupMeta(path=path, zarr_format=3, documents=(ZARR_JSON,), attrs=attrs)
+    if node_type != "array":
+        raise MetadataError(f"{where}: node_type is {node_type!r}")
+    try:
+        return _parse_array(path, doc, attrs)
+    except KeyError as e:
+        raise MetadataError(f"{where}: missing key {e.args[0]!r}") from None
+    except MetadataError as e:
+        raise MetadataError(f"{where}: {e}") from None
+
+
+def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> ArrayMeta:
+    for key, value in doc.items():
+        # Extension members must be understood unless they say otherwise.
+        if key not in _KNOWN_ARRAY_KEYS and not (
+            isinstance(value, dict) and value.get("must_understand") is False
+        ):
+            raise MetadataError(f"unknown member {key!r}")
+    shape = parse_shape(doc["shape"], "shape", positive=False)
+    grid = doc["chunk_grid"]
+    if not isinstance(grid, dict) or grid.get("name") != "regular":
+        raise MetadataError(f"unsupported chunk_grid {grid!r}")
+    chunks = parse_shape(
+        grid.get("configuration", {}).get("chunk_shape"), "chunk_shape", positive=True
+    )
+    v3type = parse_data_type(doc["data_type"])
+    dtype = v3type.dtype if v3type.dtype is not None else np.dtype("|V1")
+    check_geometry(shape, chunks, dtype)
+    keys, index_of = _chunk_key_encoding(path, doc.get("chunk_key_encoding"), len(shape))
+    codecs = doc["codecs"]
+    unsupported = v3type.unsupported or flat_file_problem(chunks, dtype)
+    if doc.get("storage_transformers"):
+        unsupported = unsupported or "storage transformers are not supported"
+    chain = None
+    fill = None
+    if unsupported is None:
+        chain = parse_codecs(codecs, dtype, chunks)
+        if chain.sharding is not None:
+            unsupported = "sharded arrays are not supported yet"
+        else:
+            endian = "big" if chain.stored_dtype.byteorder == ">" else "little"
+            fill = decode_fill_value(doc["fill_value"], v3type, endian=endian)
+    names = doc.get("dimension_names")
+    dimension_names = None
+    valid = isinstance(names, list) and len(names) == len(shape)
+    if valid and all(n is None or isinstance(n, str) for n in names):
+        dimension_names = tuple(names)
+    return ArrayMeta(
+        path=path,
+        zarr_format=3,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        order="C",
+        fill_value=fill,
+        codecs=V3Codecs(codecs if isinstance(codecs, list) else [], chain, chunks),  # type: ignore[arg-type]
+        chunk_keys=keys,
+        chunk_index=index_of,
+        documents=(ZARR_JSON,),
+        attrs=attrs,
+        dimension_names=dimension_names,
+        unsupported=unsupported,
+    )
+
+
+def _chunk_key_encoding(
+    path: str, encoding: Any, ndim: int
+) -> tuple[Callable[[Index], list[str]], Callable[[str], Index | None]]:
+    """(index → keys, key → index) of the "default" ("c/0/0", "c.0.0") or "v2"
+    ("0.0", "0/0") chunk key encoding."""
+    if encoding is None:
+        encoding = {"name": "default"}
+    if not isinstance(encoding, dict):
+        raise MetadataError(f"invalid chunk_key_encoding {encoding!r}")
+    name = encoding.get("name")
+    config = encoding.get("configuration") or {}
+    if name == "default":
+        separator, head = config.get("separator", "/"), "c"
+    elif name == "v2":
+        separator, head = config.get("separator", "."), ""
+    else:
+        raise MetadataError(f"unsupported chunk_key_encoding {name!r}")
+    if separator not in ("/", "."):
+        raise MetadataError(f"invalid chunk key separator {separator!r}")
+
+    def name_of(index: Index) -> str:
+        if not index:
+            return head or "0"
+        body = separator.join(str(i) for i in index)
+        return f"{head}{separator}{body}" if head else body
+
+    prefix = f"{path}/" if path else ""
+
+    def keys(index: Index) -> list[str]:
+        return [join_key(path, name_of(index))]
+
+    def index_of(key: str) -> Index | None:
+        if not key.startswith(prefix):
+            return None
+        body = key[len(prefix) :]
+        if not ndim:
+            return () if body == (head or "0") else None
+        if head:
+            if not body.startswith(head + separator):
+                return None
+            body = body[len(head) + 1 :]
+        parts = body.split(separator)
+        if len(parts) != ndim or not all(_is_index(p) for p in parts):
+            return None
+        return tuple(int(p) for p in parts)
+
+    return keys, index_of
+
+
+def replace_consolidated_entry(root: bytes, path: str, document: bytes) -> bytes | None:
+    """The root ``zarr.json`` with the entry of node ``path`` in its
+    ``consolidated_metadata`` set to ``document`` (zarr-python 3 opens groups from
+    it); None when it has no such entry. Indent and key order are kept."""
+    doc = load_json_object(root, ZARR_JSON)
+    consolidated = doc.get("consolidated_metadata")
+    if not isinstance(consolidated, dict):
+        return None
+    entries = consolidated.get("metadata")
+    if not isinstance(entries, dict) or path not in entries:
+        return None
+    entries[path] = load_json_object(document, join_key(path, ZARR_JSON))
+    return json.dumps(doc, indent=_indent(root), ensure_ascii=True, allow_nan=True).encode()
+
+
+def _indent(document: bytes) -> int:
+    lines = document.decode("utf-8", errors="replace").split("\n", 2)
+    second = lines[1] if len(lines) > 1 else ""
+    return (len(second) - len(second.lstrip(" "))) or 2
