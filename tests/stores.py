@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zarr
@@ -81,3 +84,24 @@ def v2_zarray(shape: list[int], chunks: list[int], dtype: object = "<i4", **extr
         "filters": None,
         **extra,
     }
+
+
+PROMPT = 5.0  # seconds a refusal may take at most (a regression would block forever)
+
+
+def run_promptly(function: Callable[[], Any]) -> Any:
+    """``function()``'s result or exception; fails (not hangs) if it blocks longer
+    than PROMPT seconds (a FIFO opened without O_NONBLOCK waits for a writer)."""
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(function())
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(PROMPT)
+    assert not thread.is_alive(), f"blocked for more than {PROMPT}s"
+    return outcome[0]

@@ -24,7 +24,6 @@ import errno
 import os
 import stat
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,13 +33,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.mounting import memory_cap
+from tests.stores import run_promptly
 from tests.test_enospc import tiny_tmpfs
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import directory
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
 
 SECRET = b"outside the store: must never be served, changed or removed\n"
-PROMPT = 5.0  # seconds a refusal may take at most (a regression would block forever)
 
 OpenStore = Callable[[Path], DirectoryStore]
 
@@ -87,23 +86,6 @@ def snapshot(path: Path) -> dict[str, tuple[bytes | None, int]]:
             content = Path(full).read_bytes() if stat.S_ISREG(st_.st_mode) else None
             found[os.path.relpath(full, path)] = (content, st_.st_ino)
     return found
-
-
-def run_promptly(function: Callable[[], object]) -> BaseException | object:
-    """``function()``'s result or exception; fails (not hangs) if it blocks."""
-    outcome: list[BaseException | object] = []
-
-    def target() -> None:
-        try:
-            outcome.append(function())
-        except BaseException as e:
-            outcome.append(e)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(PROMPT)
-    assert not thread.is_alive(), f"blocked for more than {PROMPT}s"
-    return outcome[0]
 
 
 def make_root(tmp_path: Path) -> Path:

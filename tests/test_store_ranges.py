@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.mounting import memory_cap
-from tests.stores import CountingStore
+from tests.stores import CountingStore, run_promptly
 from zarrfs.errors import InvalidValueError
 from zarrfs.stores import directory
 from zarrfs.stores.base import RANGE_LIMIT, Listing, Store
 from zarrfs.stores.directory import DirectoryStore
 
-PROMPT = 5.0  # seconds a refusal may take at most (a regression would block forever)
 VALUE = b"0123456789"
 
 
@@ -112,23 +110,6 @@ def make_store(
     yield make
     for store in opened:
         store.close()
-
-
-def run_promptly(function: Callable[[], Any]) -> Any:
-    """``function()``'s result or exception, failing if it takes over PROMPT seconds."""
-    outcome: list[Any] = []
-
-    def target() -> None:
-        try:
-            outcome.append(function())
-        except BaseException as e:
-            outcome.append(e)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(PROMPT)
-    assert not thread.is_alive(), f"blocked for more than {PROMPT}s"
-    return outcome[0]
 
 
 # -- the contract, case by case --------------------------------------------------------
