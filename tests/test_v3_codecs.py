@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -411,7 +412,6 @@ def _zarr_cases() -> list[tuple[str, Any, Any, Any, Any]]:
 
 @pytest.mark.parametrize("case", range(7))
 def test_matches_zarr_python(tmp_path: Path, case: int) -> None:
-    zarr = pytest.importorskip("zarr")
     dtype, serializer, filters, compressors, shape = _zarr_cases()[case]
     chunks = tuple(max(1, n // 2) for n in shape)  # partial edge chunks included
     data = (np.arange(int(np.prod(shape))) * 7 % 251).astype(dtype).reshape(shape)
