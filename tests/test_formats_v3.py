@@ -90,24 +90,6 @@ def test_a_group() -> None:
     ("doc", "why"),
     [
         (array_doc(data_type="string", fill_value=""), "no fixed"),
-        (
-            array_doc(
-                codecs=[
-                    {
-                        "name": "sharding_indexed",
-                        "configuration": {
-                            "chunk_shape": [2, 3],
-                            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-                            "index_codecs": [
-                                {"name": "bytes", "configuration": {"endian": "little"}},
-                                {"name": "crc32c"},
-                            ],
-                        },
-                    }
-                ]
-            ),
-            "sharded",
-        ),
         (array_doc(storage_transformers=[{"name": "x"}]), "transformers"),
     ],
 )

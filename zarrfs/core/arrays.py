@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -209,9 +209,20 @@ class ArrayState(ArrayReads):
                 self._adopt(index, piece)
             else:
                 self._write_piece(index, start, stop, piece)
-            if streaming and stop == chunk_nbytes:
+            if streaming and stop == chunk_nbytes and self._ends_unit(number):
                 assert self.writeback is not None
                 self.writeback.behind(self, index)
+
+    def _ends_unit(self, number: int) -> bool:
+        """Chunk row ``number`` is the last a stream writes of its stored unit: of a
+        shard, storing it any earlier would store the shard once per inner chunk."""
+        shards = self.meta.shards
+        if shards is None:
+            return True
+        per_shard = shards.geometry.chunks_per_shard[0]
+        return (number + 1) % per_shard == 0 or (number + 1) * self.meta.chunks[0] >= (
+            self.meta.shape[0]
+        )
 
     def _write_piece(self, index: Index, start: int, stop: int, piece: np.ndarray) -> None:
         """Bytes ``[start, stop)`` of a chunk that is a run of array.raw."""
@@ -396,7 +407,7 @@ class ArrayState(ArrayReads):
             self.rewritten = {i for i in self.rewritten if i[0] * c0 < rows}
             self.low_rows = min(self.low_rows, rows)
         self.high_rows = max(self.high_rows, rows)
-        self.meta = replace(meta, shape=(rows, *meta.shape[1:]))
+        self.meta = meta.resized(rows)
         if boundary % c0:
             # The chunk row straddling the smaller end: its part beyond must read as fill.
             i0 = boundary // c0
@@ -430,23 +441,63 @@ class ArrayState(ArrayReads):
         start, stop = math.ceil(self.low_rows / c0), math.ceil(self.high_rows / c0)
         return (start, stop) if start < stop else None
 
-    def stale_chunks(self, stored: Iterable[Index]) -> list[Index]:
-        """Of the chunk indices ``stored`` in the store, those a shrink left beyond
-        the end (or a grow brought inside), to delete at the next flush.
+    def stale_units(self, stored: Iterable[Index]) -> tuple[list[Index], list[Index]]:
+        """Of the units (chunks, or shards) ``stored`` in the store, (those to delete,
+        those to rewrite): a shrink left them beyond the end, or a grow brought them
+        inside, and they still hold what was there before. A shard that also holds
+        chunks still inside the array is rewritten without the stale ones.
 
         Taken from what the store holds, not from the grid: a write far past the end
         grows the grid by billions of chunks that were never stored.
         """
         span = self.stale_range()
         if span is None:
-            return []
-        return [
-            index
-            for index in stored
-            if span[0] <= index[0] < span[1]
-            and index not in self.dirty
-            and index not in self.rewritten
-        ]
+            return [], []
+        meta = self.meta
+        if meta.shards is None:
+            stale = [
+                index
+                for index in stored
+                if span[0] <= index[0] < span[1]
+                and index not in self.dirty
+                and index not in self.rewritten
+            ]
+            return stale, []
+        per_shard = meta.shards.geometry.chunks_per_shard[0]
+        delete, rewrite = [], []
+        for shard in stored:
+            first, stop = shard[0] * per_shard, (shard[0] + 1) * per_shard
+            if stop <= span[0] or first >= span[1]:
+                continue
+            kept = [
+                i
+                for i in self._members_ever(shard)
+                if i in self.dirty or i in self.rewritten or i[0] < span[0]
+            ]
+            (rewrite if kept else delete).append(shard)
+        return delete, rewrite
+
+    def _members_ever(self, shard: Index) -> list[Index]:
+        """The inner chunks of a shard inside the array at its largest since the
+        last flush."""
+        meta = self.meta
+        if meta.shape[0] >= self.high_rows:
+            return meta.unit_members(shard)
+        return meta.resized(self.high_rows).unit_members(shard)
+
+    def dropped_positions(self, unit: Index) -> set[int]:
+        """Positions in a shard's index of inner chunks that read as fill value
+        because a shrink left them stale: a rewrite of the shard leaves them out."""
+        shards = self.meta.shards
+        if shards is None or self.stale_range() is None:
+            return set()
+        geometry = self.meta.resized(max(self.high_rows, self.meta.shape[0])).shards
+        assert geometry is not None
+        return {
+            position
+            for position, index in geometry.geometry.inner_chunks_in_array(unit)
+            if self._is_stale(index) or index[0] * self.meta.chunks[0] >= self.meta.shape[0]
+        }
 
     def mark_stored(self, rows: int, low_rows: int, high_rows: int) -> None:
         """The store now holds ``shape[0] == rows``; stale chunks up to then are gone.

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -26,6 +27,13 @@ from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
 from zarrfs.formats.codecs import size_bound
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.shards import (
+    ShardIndex,
+    ShardIndexError,
+    decode_index,
+    index_range,
+    inner_range,
+)
 from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -47,6 +55,23 @@ MAX_READ_AHEAD_LOADS = 8
 
 ChunkKey = tuple[str, Index]
 _ABSENT = object()
+# A shard's index is cached beside the chunks, under its array's path with this
+# prefix (no store key holds a NUL): one LRU and one budget for both.
+_INDEX = "\0"
+# Where a sharded array's inner chunk lives: (shard key, offset, nbytes).
+Where = tuple[str, int, int]
+
+
+def index_key(path: str, shard: Index) -> ChunkKey:
+    return (_INDEX + path, shard)
+
+
+def _cost(value: np.ndarray | ShardIndex | None) -> int:
+    if value is None:
+        return _MISSING_COST
+    if isinstance(value, ShardIndex):
+        return value.entries.nbytes
+    return value.nbytes
 
 
 @dataclass(frozen=True)
@@ -70,19 +95,20 @@ class _Failure:
 @dataclass
 class _Flight:
     done: trio.Event = field(default_factory=trio.Event)
-    value: np.ndarray | None = None
+    value: np.ndarray | ShardIndex | None = None
     failure: _Failure | None = None  # the chunk is bad
     error: Exception | None = None  # anything else (a store fault): not remembered
     traceback: TracebackType | None = None  # the error's, as the worker raised it
     background: bool = False  # loaded ahead of a reader
     passed: bool = False  # the stream went past it while it loaded: do not keep it
+    stale: bool = False  # its shard was replaced meanwhile: whoever waits asks again
 
 
 class ChunkCache:
     def __init__(self, store: Store, max_bytes: int, threads: int | None = None) -> None:
         self.store = store
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[ChunkKey, np.ndarray | None] = OrderedDict()
+        self._entries: OrderedDict[ChunkKey, np.ndarray | ShardIndex | None] = OrderedDict()
         self._bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
         self._failures: dict[ChunkKey, tuple[float, _Failure]] = {}
@@ -98,6 +124,9 @@ class ChunkCache:
         self._spare: dict[int, list[np.ndarray]] = {}
         self._read_ahead_keys: set[ChunkKey] = set()  # loaded ahead, not yet read
         self.recycled = 0  # buffers reused; tests count them
+        # Shards being replaced by write-back: their inner chunks wait to be read
+        # until the new shard (and its index) is in place.
+        self._replacing: dict[ChunkKey, trio.Event] = {}
 
     @property
     def nbytes(self) -> int:
@@ -108,16 +137,42 @@ class ChunkCache:
     ) -> np.ndarray | None:
         """The decoded chunk (read-only, chunk shape), or ``None`` if it is not stored."""
         key = (meta.path, index)
-        if key in self._entries:
-            self._entries.move_to_end(key)
-            return self._entries[key]
+        while True:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]  # type: ignore[return-value]
+            self._check_failure(key)
+            flight = self._flights.get(key)
+            if flight is not None:
+                break
+            if meta.shards is None:
+                flight = self._start(meta, index, priority)
+                break
+            where = await self._where(meta, index, priority)
+            if key in self._entries or key in self._flights or key in self._failures:
+                continue  # another reader got it while we read the index
+            if where is None:  # not in the shard (or no shard): fill value
+                self._insert(key, None)
+                return None
+            flight = self._start(meta, index, priority, where)
+            break
+        value = await self._wait(flight)
+        if flight.stale:  # read from a shard that was being replaced: again
+            return await self.get(meta, index, priority=priority)
+        return value  # type: ignore[return-value]
+
+    def _check_failure(self, key: ChunkKey) -> None:
         failure = self._failures.get(key)
         if failure is not None:
             if time.monotonic() < failure[0]:
                 raise failure[1].error()
             del self._failures[key]
-        flight = self._flights.get(key) or self._start(meta, index, priority)
+
+    @staticmethod
+    async def _wait(flight: _Flight) -> np.ndarray | ShardIndex | None:
         await flight.done.wait()
+        if flight.stale:
+            return None
         if flight.failure is not None:
             raise flight.failure.error()
         if flight.error is not None:
@@ -125,7 +180,44 @@ class ChunkCache:
             raise flight.error.with_traceback(flight.traceback)
         return flight.value
 
-    def _start(self, meta: ArrayMeta, index: Index, priority: int) -> _Flight:
+    async def _where(self, meta: ArrayMeta, index: Index, priority: int) -> Where | None:
+        """(shard key, offset, nbytes) of an inner chunk, from its shard's index
+        (cached, loaded once); None when the chunk or its shard is not stored."""
+        layout = meta.shards
+        assert layout is not None
+        shard, _, position = layout.geometry.locate(index)
+        key = index_key(meta.path, shard)
+        while True:
+            replacing = self._replacing.get(key)
+            if replacing is not None:
+                await replacing.wait()
+                continue
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                found = self._entries[key]
+                break
+            self._check_failure(key)
+            flight = self._flights.get(key) or self._start_index(meta, shard, priority)
+            found = await self._wait(flight)
+            if not flight.stale:
+                break
+        if found is None:
+            return None
+        assert isinstance(found, ShardIndex)
+        span = inner_range(found, position)
+        return None if span is None else (layout.shard_keys(shard)[0], *span)
+
+    def _start_index(self, meta: ArrayMeta, shard: Index, priority: int) -> _Flight:
+        key = index_key(meta.path, shard)
+        flight = _Flight(background=priority == BACKGROUND)
+        self._flights[key] = flight
+        finish = self._finisher(key, flight, priority, counted=False)
+        self.pool.submit(self._load_index, meta, shard, priority=priority, on_done=finish)
+        return flight
+
+    def _start(
+        self, meta: ArrayMeta, index: Index, priority: int, where: Where | None = None
+    ) -> _Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more."""
         key = (meta.path, index)
         out = None
@@ -137,9 +229,18 @@ class ChunkCache:
         flight = _Flight(background=priority == BACKGROUND)
         self._flights[key] = flight
         self.loads += 1
+        finish = self._finisher(key, flight, priority, counted=True)
+        # The buffer goes in a list that the load empties: a worker thread holds its
+        # last job's arguments until it takes the next, and must not hold the buffer.
+        spare = [out] if out is not None else []
+        self.pool.submit(self._load, meta, index, spare, where, priority=priority, on_done=finish)
+        return flight
 
+    def _finisher(
+        self, key: ChunkKey, flight: _Flight, priority: int, *, counted: bool
+    ) -> Callable[[outcome.Outcome], None]:
         def finish(result: outcome.Outcome) -> None:  # in the trio thread
-            if priority == BACKGROUND:
+            if priority == BACKGROUND and counted:
                 self._prefetching -= 1
             if self._flights.get(key) is flight:
                 del self._flights[key]
@@ -152,7 +253,7 @@ class ChunkCache:
             error = result.error if isinstance(result, outcome.Error) else None
             if isinstance(error, ZarrfsError):
                 _drop_tracebacks(error)  # its message says it all
-            if isinstance(error, ChunkError):
+            if isinstance(error, ChunkError) and not flight.stale:
                 log.error("%s", str(error))  # a record keeps its args: not the exception
                 flight.failure = _Failure(error.array, error.key, error.reason)
                 if current:
@@ -169,11 +270,7 @@ class ChunkCache:
                             self._read_ahead_keys.add(key)
             flight.done.set()
 
-        # The buffer goes in a list that the load empties: a worker thread holds its
-        # last job's arguments until it takes the next, and must not hold the buffer.
-        spare = [out] if out is not None else []
-        self.pool.submit(self._load, meta, index, spare, priority=priority, on_done=finish)
-        return flight
+        return finish
 
     def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]:
         """(True, chunk) if it is cached (counts as a use), else (False, None)."""
@@ -198,19 +295,65 @@ class ChunkCache:
             return False
         if self.has(meta.path, index):
             return True
+        where = None
+        if meta.shards is not None:
+            shard, _, position = meta.shards.geometry.locate(index)
+            key = index_key(meta.path, shard)
+            found = self._entries.get(key, _ABSENT)
+            if found is _ABSENT:
+                # The chunk's place is not known yet: load the index now, the
+                # chunk on a later call (the reader's next request asks again).
+                if key not in self._flights and key not in self._failures:
+                    self._start_index(meta, shard, BACKGROUND)
+                return False
+            span = None if found is None else inner_range(found, position)  # type: ignore[arg-type]
+            if span is None:
+                self._insert((meta.path, index), None)
+                return True
+            where = (meta.shards.shard_keys(shard)[0], *span)
         self._prefetching += 1
         self.prefetches += 1
-        self._start(meta, index, BACKGROUND)
+        self._start(meta, index, BACKGROUND, where)
         return True
 
+    def _load_index(self, meta: ArrayMeta, shard: Index) -> tuple[ShardIndex | None, None]:
+        """Worker thread: the index of one shard, checked against the shard's size
+        (None when the shard is not stored)."""
+        layout = meta.shards
+        assert layout is not None
+        key = layout.shard_keys(shard)[0]
+        n_inner = layout.geometry.n_inner
+        try:
+            size = self.store.size(key)
+            if size is None:
+                return None, None
+            start, length = index_range(size, n_inner, layout.checksum, layout.location)
+            data = self.store.get_range(key, start, length)
+            if data is None:  # deleted since: as if never stored
+                return None, None
+            found = decode_index(
+                data, n_inner, layout.checksum, size, layout.location, endian=layout.endian
+            )
+        except (InvalidValueError, ShardIndexError) as e:
+            reason = f"shard index: {e}"
+        else:
+            return found, None
+        raise ChunkError(meta.display_name, key, reason)
+
     def _load(
-        self, meta: ArrayMeta, index: Index, spare: list[np.ndarray] | None = None
+        self,
+        meta: ArrayMeta,
+        index: Index,
+        spare: list[np.ndarray] | None = None,
+        where: Where | None = None,
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Worker thread: fetch and decode one chunk, into the buffer in ``spare`` if
         there is one; (chunk, the buffer it lives in when that is one of ours)."""
         out = spare.pop() if spare else None
         # A stored chunk larger than any of its codecs could make of it is not read.
         limit = size_bound(meta.chunk_nbytes)
+        if where is not None:
+            return self._load_inner(meta, index, where, limit)
         for key in meta.chunk_keys(index):
             try:
                 data = self.store.get(key, limit=limit)
@@ -230,6 +373,33 @@ class ChunkCache:
         # traceback of whatever failed, is all that holds the buffers it decoded into.
         raise ChunkError(meta.display_name, key, reason)
 
+    def _load_inner(
+        self, meta: ArrayMeta, index: Index, where: Where, limit: int
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Worker thread: one inner chunk of a shard, by its byte range."""
+        key, offset, nbytes = where
+        if nbytes > limit:
+            reason = f"inner chunk {index} is {nbytes} bytes, more than any encoding of it"
+        else:
+            try:
+                data = self.store.get_range(key, offset, nbytes)
+            except InvalidValueError as e:
+                data, reason = None, str(e)
+            else:
+                if data is None:  # the shard was deleted meanwhile: fill value
+                    return None, None
+                if len(data) != nbytes:
+                    reason = (
+                        f"inner chunk {index}: shard ends at byte {offset + len(data)}, "
+                        f"its index says [{offset}, {offset + nbytes})"
+                    )
+                else:
+                    decoded = self._decode(meta, data, None)
+                    if not isinstance(decoded, str):
+                        return decoded
+                    reason = f"inner chunk {index}: {decoded}"
+        raise ChunkError(meta.display_name, key, reason)
+
     def _decode(
         self, meta: ArrayMeta, data: bytes, out: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None] | str:
@@ -245,15 +415,15 @@ class ChunkCache:
         arr.flags.writeable = False
         return arr, (out if out is not None and arr.base is out else None)
 
-    def _insert(self, key: ChunkKey, value: np.ndarray | None) -> None:
-        cost = _MISSING_COST if value is None else value.nbytes
+    def _insert(self, key: ChunkKey, value: np.ndarray | ShardIndex | None) -> None:
+        cost = _cost(value)
         if cost > self.max_bytes:
             return
         self._entries[key] = value
         self._bytes += cost
         while self._bytes > self.max_bytes:
             old_key, old = self._entries.popitem(last=False)
-            self._bytes -= _MISSING_COST if old is None else old.nbytes
+            self._bytes -= _cost(old)
             del old
             self._recycle(old_key)
 
@@ -294,7 +464,7 @@ class ChunkCache:
     def _drop(self, key: ChunkKey) -> None:
         old = self._entries.pop(key, _ABSENT)
         if old is not _ABSENT:
-            self._bytes -= _MISSING_COST if old is None else old.nbytes
+            self._bytes -= _cost(old)  # type: ignore[arg-type]
             del old
             self._recycle(key)
 
@@ -303,14 +473,53 @@ class ChunkCache:
         self.forget(path, index)
         self._insert((path, index), value)
 
+    def begin_replace(self, meta: ArrayMeta, shard: Index) -> None:
+        """Write-back is about to replace a shard: reads of its inner chunks wait
+        until ``end_replace``, and loads under way (which may read the new shard at
+        the old index's offsets) are asked again by whoever waits for them."""
+        assert meta.shards is not None
+        key = index_key(meta.path, shard)
+        self._replacing.setdefault(key, trio.Event())
+        locate = meta.shards.geometry.locate
+        for flight_key, flight in list(self._flights.items()):
+            if flight_key == key or (
+                flight_key[0] == meta.path and _in_shard(locate, flight_key[1], shard)
+            ):
+                flight.stale = True
+                del self._flights[flight_key]
+        self._failures.pop(key, None)
+        self._drop(key)
+
+    def end_replace(self, path: str, shard: Index, stored: ShardIndex | object | None) -> None:
+        """The shard is replaced: its index as stored (None: deleted; anything else:
+        unknown, read again when needed)."""
+        key = index_key(path, shard)
+        self._drop(key)
+        if stored is None or isinstance(stored, ShardIndex):
+            self._insert(key, stored)
+        replacing = self._replacing.pop(key, None)
+        if replacing is not None:
+            replacing.set()
+
     def invalidate(self, path: str) -> None:
-        """Forget every cached chunk (and remembered failure) of the array at ``path``."""
-        for key in [k for k in self._failures if k[0] == path]:
+        """Forget every cached chunk and shard index (and remembered failure) of the
+        array at ``path``."""
+        paths = (path, _INDEX + path)
+        for key in [k for k in self._failures if k[0] in paths]:
             del self._failures[key]
-        for key in [k for k in self._flights if k[0] == path]:
+        for key in [k for k in self._flights if k[0] in paths]:
             del self._flights[key]
-        for key in [k for k in self._entries if k[0] == path]:
+        for key in [k for k in self._entries if k[0] in paths]:
             self._drop(key)
+
+
+def _in_shard(
+    locate: Callable[[Index], tuple[Index, Index, int]], index: Index, shard: Index
+) -> bool:
+    try:
+        return locate(index)[0] == shard
+    except IndexError:  # outside the grid (a resize since): not of this shard
+        return False
 
 
 def _drop_tracebacks(error: BaseException) -> None:

@@ -30,6 +30,7 @@ from zarrfs.core.arrays import ArrayState, Dirty
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.pool import WorkerPool
 from zarrfs.core.ratelimit import RateLimitedLog
+from zarrfs.core.shardwrite import stage_shard
 from zarrfs.errors import (
     ChunkError,
     InvalidArgumentError,
@@ -47,6 +48,8 @@ from zarrfs.stores.base import Store
 log = logging.getLogger(__name__)
 
 DirtyKey = tuple[int, Index]
+# The index of a shard whose store failed: not known, read again when needed.
+_UNKNOWN = object()
 
 # A streaming writer waits while more than this many bytes of finished chunks are
 # queued or being stored (or two chunks per worker, if more): it cannot outrun the
@@ -164,69 +167,98 @@ class WriteBack:
 
     # -- flushing ---------------------------------------------------------------------
 
-    async def _take(self, state: ArrayState, index: Index) -> Dirty | None:
-        """The chunk's complete dirty version, once no earlier batch holds it."""
+    async def _take(self, state: ArrayState, unit: Index) -> dict[Index, Dirty]:
+        """The unit's complete dirty chunks, once no earlier batch holds the unit."""
         while True:
-            earlier = self._in_flight.get((id(state), index))
+            earlier = self._in_flight.get((id(state), unit))
             if earlier is not None:
                 await earlier[1].wait()  # its snapshot must be in place before ours
                 continue
-            dirty = state.dirty.get(index)
-            if dirty is None or dirty.mask is None:
-                return dirty
-            await state._materialise(index)
+            members = [i for i in state.meta.unit_members(unit) if i in state.dirty]
+            partial = [i for i in members if state.dirty[i].mask is not None]
+            if not partial:
+                return {i: state.dirty[i] for i in members}
+            for index in partial:
+                await state._materialise(index)
 
-    def _hand_over(self, state: ArrayState, index: Index, dirty: Dirty) -> None:
-        """The batch holds the chunk from now on (no await since it was taken).
+    def _hand_over(self, state: ArrayState, unit: Index, members: dict[Index, Dirty]) -> None:
+        """The batch holds the unit from now on (no await since it was taken).
 
-        It is handed over instead of copied: reads see it in ``flushing``, and a
-        write meanwhile starts a new dirty chunk from it.
+        Its chunks are handed over instead of copied: reads see them in
+        ``flushing``, and a write meanwhile starts a new dirty chunk from one.
         """
-        del state.dirty[index]
-        self.dropped(state, index)
-        dirty.data.flags.writeable = False
-        state.flushing[index] = dirty.data
-        self._in_flight[(id(state), index)] = (state, trio.Event())
+        for index, dirty in members.items():
+            del state.dirty[index]
+            self.dropped(state, index)
+            dirty.data.flags.writeable = False
+            state.flushing[index] = dirty.data
+        self._in_flight[(id(state), unit)] = (state, trio.Event())
+        if state.meta.shards is not None:
+            self.cache.begin_replace(state.meta, unit)
 
-    async def _flush_chunk(
-        self, state: ArrayState, index: Index, dirty: Dirty, batch: _Batch
+    async def _flush_unit(
+        self, state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: _Batch
     ) -> None:
-        """Store one chunk the batch holds when the batch commits."""
+        """Store one unit (a chunk, or a shard) the batch holds when it commits."""
         arrived = False
-        key = (id(state), index)
+        key = (id(state), unit)
+        meta = state.meta
+        stored_index: object = _UNKNOWN
         try:
-            meta = state.meta
-            data = dirty.data
+            data = {index: dirty.data for index, dirty in members.items()}
+            dropped = state.dropped_positions(unit)
             try:
-                staged = await self.pool.run(self._stage_chunk, meta, index, data)
+                staged, stored_index = await self.pool.run(
+                    self._stage_unit, meta, unit, data, dropped
+                )
                 if staged is not None:
                     batch.staged.append(staged)
                 batch.arrive()
                 arrived = True
                 await batch.committed.wait()
                 if staged is not None and batch.error is not None:
+                    stored_index = _UNKNOWN
                     raise batch.error
             except BaseException:
-                if index not in state.dirty:  # nothing lost: dirty again (read-only:
-                    state.dirty[index] = dirty  # the next write copies it first)
-                    self.track(state, index, dirty)
+                for index, dirty in members.items():
+                    if index not in state.dirty:  # nothing lost: dirty again (read-only:
+                        state.dirty[index] = dirty  # the next write copies it first)
+                        self.track(state, index, dirty)
                 raise
             finally:
-                self._unsynced.update(meta.chunk_keys(index))
-                state.flushing.pop(index, None)
-            if state._is_stale(index):
-                # A shrink overtook this store: the chunk must not outlive it.
-                await self.io_pool.run(self._delete_chunk, meta, index)
-                self.cache.forget(meta.path, index)
-            elif staged is None or batch.keep:
-                self.cache.put(meta.path, index, None if staged is None else data)
-            else:
-                self.cache.forget(meta.path, index)
+                self._unsynced.add(meta.unit_key(unit))
+                for index in members:
+                    state.flushing.pop(index, None)
+            for index, chunk in data.items():
+                if meta.shards is None and state._is_stale(index):
+                    # A shrink overtook this store: the chunk must not outlive it.
+                    await self.io_pool.run(self._delete_chunk, meta, index)
+                    self.cache.forget(meta.path, index)
+                elif staged is None or batch.keep:
+                    if meta.shards is None:
+                        missing = staged is None
+                    else:  # left out of its shard, or the shard deleted
+                        missing = stored_index is None or is_fill(chunk, meta)
+                    self.cache.put(meta.path, index, None if missing else chunk)
+                else:
+                    self.cache.forget(meta.path, index)
         finally:
+            if meta.shards is not None:
+                self.cache.end_replace(meta.path, unit, stored_index)
             _, done = self._in_flight.pop(key)
             done.set()
             if not arrived:
                 batch.arrive()
+
+    def _stage_unit(
+        self, meta: ArrayMeta, unit: Index, chunks: dict[Index, np.ndarray], dropped: set[int]
+    ) -> tuple[Any, Any]:
+        """Worker thread: (the store's staged value or None when deleted, the new
+        shard index of a sharded array)."""
+        if meta.shards is not None:
+            return stage_shard(self.store, meta, unit, chunks, dropped)
+        ((index, chunk),) = chunks.items()
+        return self._stage_chunk(meta, index, chunk), None
 
     def _stage_chunk(self, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> Any:
         """Worker thread: encode and stage, or delete a chunk that is all fill value.
@@ -258,55 +290,82 @@ class WriteBack:
                 self._unsynced.update(keys)
                 raise
 
-    async def _gather(self, jobs: Iterable[tuple[ArrayState, Index]], *, keep: bool = True) -> None:
+    async def _gather(
+        self,
+        jobs: Iterable[tuple[ArrayState, Index]],
+        units: Iterable[tuple[ArrayState, Index]] = (),
+        *,
+        keep: bool = True,
+        rewrite: Iterable[tuple[ArrayState, Index]] = (),
+    ) -> None:
         """Flush chunks as one batch; raise the first failure after all have run.
 
-        Chunks are encoded and staged concurrently, committed together (their bytes
-        made durable, then renamed into place), then their directories are synced
-        by ``sync``. With ``keep``, stored chunks stay in the decoded-chunk cache.
+        Chunks are stored by their unit (the chunk itself, or the shard holding it,
+        with every dirty inner chunk of that shard); ``units`` are stored if they hold
+        dirty chunks, ``rewrite`` ones even if not (shards holding chunks a shrink
+        made stale). Units are
+        encoded and staged concurrently, committed together (their bytes made
+        durable, then renamed into place), then their directories are synced by
+        ``sync``. With ``keep``, stored chunks stay in the decoded-chunk cache.
         Batches run concurrently (the workers' queue bounds the parallelism), so one
-        encodes while another commits; a chunk still held by an earlier batch waits
+        encodes while another commits; a unit still held by an earlier batch waits
         for it, so an older snapshot never overtakes a newer one.
         """
-        # Each chunk once (twice would wait for itself), and taken in one global
-        # order: a batch waits for a chunk another batch holds while holding only
-        # chunks that come earlier, so no two batches can wait for each other.
-        jobs = sorted(dict.fromkeys(jobs), key=lambda job: (id(job[0]), job[1]))
+        wanted: dict[tuple[int, Index], tuple[ArrayState, Index, bool]] = {}
+        for state, index in jobs:
+            unit = state.meta.unit_of(index)
+            wanted.setdefault((id(state), unit), (state, unit, False))
+        for state, unit in units:
+            wanted.setdefault((id(state), unit), (state, unit, False))
+        for state, unit in rewrite:
+            wanted[(id(state), unit)] = (state, unit, True)
+        # Each unit once (twice would wait for itself), and taken in one global
+        # order: a batch waits for a unit another batch holds while holding only
+        # units that come earlier, so no two batches can wait for each other.
+        ordered = [wanted[k] for k in sorted(wanted)]
         errors: list[BaseException] = []
 
         async def complete(state: ArrayState, index: Index) -> None:
             with contextlib.suppress(ZarrfsError):  # reported when the chunk is taken
                 await state._materialise(index)
 
-        async def one(state: ArrayState, index: Index, dirty: Dirty, batch: _Batch) -> None:
+        async def one(
+            state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: _Batch
+        ) -> None:
             try:
-                await self._flush_chunk(state, index, dirty, batch)
+                await self._flush_unit(state, unit, members, batch)
             except ZarrfsError as e:
                 errors.append(e)
 
         # Partly written chunks are merged with the stored ones first, concurrently
         # and holding nothing; taking them below then rarely has to wait.
-        partial = [(s, i) for s, i in jobs if i in s.dirty and s.dirty[i].mask is not None]
+        partial = [
+            (s, i)
+            for s, unit, _ in ordered
+            for i in s.meta.unit_members(unit)
+            if i in s.dirty and s.dirty[i].mask is not None
+        ]
         if partial:
             async with trio.open_nursery() as nursery:
                 for state, index in partial:
                     nursery.start_soon(complete, state, index)
-        batch = _Batch(len(jobs), keep=keep)
+        batch = _Batch(len(ordered), keep=keep)
         # Shielded: a batch cut short would leave its worker threads renaming
         # older snapshots while the unmount's final flush stores newer ones.
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
-                for state, index in jobs:
+                for state, unit, forced in ordered:
                     try:
-                        dirty = await self._take(state, index)
+                        members = await self._take(state, unit)
                     except ZarrfsError as e:
-                        dirty = None
+                        members = {}
+                        forced = False
                         errors.append(e)
-                    if dirty is None:
+                    if not members and not forced:
                         batch.arrive()
                         continue
-                    self._hand_over(state, index, dirty)
-                    nursery.start_soon(one, state, index, dirty, batch)
+                    self._hand_over(state, unit, members)
+                    nursery.start_soon(one, state, unit, members, batch)
                 await batch.ready.wait()
                 try:
                     async with self._commit_lock:
@@ -342,11 +401,15 @@ class WriteBack:
             self._resized.pop(id(state), None)
             stored: list[Index] = []
             if state.stale_range() is not None:
-                stored = await self.io_pool.run(self._stored_chunks, state.meta)
-            stale = state.stale_chunks(stored)
+                stored = await self.io_pool.run(self._stored_units, state.meta)
+            stale, rewrite = state.stale_units(stored)
+            if rewrite:  # shards holding stale inner chunks among live ones
+                await self._gather([], rewrite=[(state, unit) for unit in rewrite])
             meta = state.meta
             rows = meta.shape[0] if meta.shape else 0
             low, high = state.low_rows, state.high_rows
+            if rewrite and not stale:
+                self.cache.invalidate(meta.path)  # the inner chunks left out
             if not state.metadata_changed and not stale:
                 state.mark_stored(rows, low, high)
                 if state.tail:
@@ -355,7 +418,7 @@ class WriteBack:
             name = meta.documents[0]
             document = rewrite_shape(state.documents[name], meta.shape)
             consolidated = self._consolidated(meta, name, document)
-            stale_keys = [key for index in stale for key in meta.chunk_keys(index)]
+            stale_keys = [key for unit in stale for key in meta.unit_keys(unit)]
             try:
                 with trio.CancelScope(shield=True):
                     await self.io_pool.run(
@@ -368,7 +431,10 @@ class WriteBack:
             except BaseException:
                 self.resized(state)
                 raise
-            for index in stale:  # the cache must not bring a deleted chunk back
+            # The cache must not bring a deleted chunk back.
+            if meta.shards is not None:
+                self.cache.invalidate(meta.path)  # inner chunks of deleted shards
+            for index in stale if meta.shards is None else ():
                 self.cache.put(meta.path, index, None)
             state.documents[name] = document
             if consolidated is not None and self.root_documents is not None:
@@ -397,11 +463,11 @@ class WriteBack:
             log.warning("not updating the consolidated metadata: %s", e)
         return None
 
-    def _stored_chunks(self, meta: ArrayMeta) -> list[Index]:
-        """I/O thread: the indices of the chunks the store holds for this array."""
+    def _stored_units(self, meta: ArrayMeta) -> list[Index]:
+        """I/O thread: the units (chunks or shards) the store holds for this array."""
         found = []
         for key, _ in self.store.scan(meta.path):
-            index = meta.chunk_index(join_key(meta.path, key))
+            index = meta.stored_unit(join_key(meta.path, key))
             if index is not None:
                 found.append(index)
         return found
@@ -421,7 +487,7 @@ class WriteBack:
 
     async def flush_array(self, state: ArrayState) -> None:
         """Everything of one array into the store (fsync, close). Errors propagate."""
-        await self._gather(self._unstored(state))
+        await self._gather(*self._unstored(state))
         await self.sync()
         await self.flush_metadata(state)
         if state.tail:
@@ -430,11 +496,14 @@ class WriteBack:
                 "are pending"
             )
 
-    def _unstored(self, state: ArrayState) -> list[tuple[ArrayState, Index]]:
-        """Its dirty chunks, and those an earlier batch holds: that batch may fail and
-        give them back, and an fsync must not return before they are stored."""
-        held = [(state, i) for (s, i) in self._in_flight if s == id(state)]
-        return [(state, index) for index in state.dirty] + held
+    def _unstored(
+        self, state: ArrayState
+    ) -> tuple[list[tuple[ArrayState, Index]], list[tuple[ArrayState, Index]]]:
+        """Its dirty chunks, and the units an earlier batch holds: that batch may
+        fail and give them back, and an fsync must not return before they are
+        stored. (chunks, units) as ``_gather`` takes them."""
+        held = [(state, unit) for (s, unit) in self._in_flight if s == id(state)]
+        return [(state, index) for index in state.dirty], held
 
     def states(self) -> list[ArrayState]:
         """Arrays with anything not yet in the store."""
@@ -447,7 +516,7 @@ class WriteBack:
         errors = []
         for state in self.states():
             try:
-                await self._gather(self._unstored(state))
+                await self._gather(*self._unstored(state))
                 await self.sync()
                 await self.flush_metadata(state)
             except ZarrfsError as e:

@@ -5,13 +5,33 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from zarrfs.formats.codecs import CodecPipeline
 from zarrfs.formats.layout import Index, chunk_count
+from zarrfs.formats.shards import ShardGeometry
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where the inner chunks of a sharded array live: shard ``s`` is the value at
+    ``shard_keys(s)[0]``, holding inner chunks (the array's ``chunks``) and an index
+    of ``(offset, nbytes)`` pairs, encoded as ``checksum`` / ``location`` / ``endian``
+    say (formats/shards.py)."""
+
+    geometry: ShardGeometry
+    shard_keys: Callable[[Index], list[str]] = field(repr=False)
+    shard_index: Callable[[str], Index | None] = field(repr=False)  # key → shard
+    checksum: bool = True
+    location: str = "end"
+    endian: str = "little"
+
+    @property
+    def shard_shape(self) -> Index:
+        return self.geometry.shard_shape
 
 
 @dataclass(frozen=True)
@@ -40,6 +60,14 @@ class ArrayMeta:
     unsupported: str | None = None
     # store key → chunk index, the inverse of chunk_keys (None: not a chunk key)
     chunk_index: Callable[[str], Index | None] = field(default=lambda key: None, repr=False)
+    # Sharded (v3 sharding_indexed): ``chunks`` are the inner chunks, ``codecs``
+    # theirs, and the stored values are shards; chunk_keys/chunk_index are unused.
+    shards: ShardLayout | None = None
+    # The document's own words for info and xattrs: its data type (v3: "float32" or
+    # an extension object) and codec configuration by field name (v2: "compressor"
+    # and "filters"; v3: "codecs"), JSON-able.
+    data_type_json: Any = None
+    codec_json: dict[str, Any] = field(default_factory=dict)
 
     @property
     def itemsize(self) -> int:
@@ -65,6 +93,48 @@ class ArrayMeta:
     @property
     def display_name(self) -> str:
         return self.path or "/"
+
+    # -- storage units: what one stored value holds (a chunk, or a shard) ---------
+
+    def unit_of(self, index: Index) -> Index:
+        """The stored value holding chunk ``index``: its shard, or the chunk itself."""
+        if self.shards is None:
+            return index
+        return self.shards.geometry.locate(index)[0]
+
+    def unit_key(self, unit: Index) -> str:
+        """The store key a write of ``unit`` replaces."""
+        if self.shards is None:
+            return self.chunk_keys(unit)[0]
+        return self.shards.shard_keys(unit)[0]
+
+    def unit_keys(self, unit: Index) -> list[str]:
+        """Every store key that may hold ``unit`` (all are deleted with it)."""
+        return self.chunk_keys(unit) if self.shards is None else self.shards.shard_keys(unit)
+
+    def unit_members(self, unit: Index) -> list[Index]:
+        """The chunks inside the array that ``unit`` holds."""
+        if self.shards is None:
+            return [unit]
+        return [index for _, index in self.shards.geometry.inner_chunks_in_array(unit)]
+
+    def stored_unit(self, key: str) -> Index | None:
+        """The unit a store key holds (None: no chunk or shard of this array)."""
+        return self.chunk_index(key) if self.shards is None else self.shards.shard_index(key)
+
+    @property
+    def unit_rows(self) -> int:
+        """Rows of the array (along axis 0) one unit spans."""
+        return self.chunks[0] if self.shards is None else self.shards.shard_shape[0]
+
+    def resized(self, rows: int) -> ArrayMeta:
+        """This array with ``shape[0] == rows``."""
+        shape = (rows, *self.shape[1:])
+        shards = self.shards
+        if shards is not None:
+            geometry = ShardGeometry(shape, shards.shard_shape, shards.geometry.inner_shape)
+            shards = replace(shards, geometry=geometry)
+        return replace(self, shape=shape, shards=shards)
 
 
 @dataclass(frozen=True)

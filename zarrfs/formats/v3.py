@@ -3,8 +3,10 @@
 An array's chunks decode through its v3 codec chain (``v3_codecs``) into the data
 type's natural little-endian numpy form, in C order: that is what ``array.raw``
 shows, whatever the ``bytes`` codec's endian (v3 types carry no byte order).
-Sharded arrays, variable-length types and storage transformers are shown as
-metadata only for now (sharding is issue 11's next step).
+A sharded array whose chain is ``sharding_indexed`` alone is read and written by
+inner chunks (``ArrayMeta.shards`` says where they live); with other codecs around
+the shard, the shard is the chunk. Variable-length types and storage transformers
+are shown as metadata only.
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ import numpy as np
 from zarrfs.errors import MetadataError
 from zarrfs.formats.dtypes import check_geometry, parse_shape
 from zarrfs.formats.layout import Index
-from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, _is_index, join_key
+from zarrfs.formats.model import (
+    ArrayMeta,
+    GroupMeta,
+    NodeMeta,
+    ShardLayout,
+    _is_index,
+    join_key,
+)
+from zarrfs.formats.shards import ShardGeometry
 from zarrfs.formats.v2 import flat_file_problem, load_json_object
 from zarrfs.formats.v3_codecs import V3CodecChain, parse_codecs
 from zarrfs.formats.v3_dtypes import decode_fill_value, parse_data_type
+from zarrfs.formats.v3_sharding import ranged, with_sharding
 
 ZARR_JSON = "zarr.json"
 _KNOWN_ARRAY_KEYS = {
@@ -123,13 +134,31 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
         unsupported = unsupported or "storage transformers are not supported"
     chain = None
     fill = None
+    shards = None
+    codec_list = codecs if isinstance(codecs, list) else []
+    coded = V3Codecs(codec_list, None, chunks)
     if unsupported is None:
         chain = parse_codecs(codecs, dtype, chunks)
-        if chain.sharding is not None:
-            unsupported = "sharded arrays are not supported yet"
-        else:
-            endian = "big" if chain.stored_dtype.byteorder == ">" else "little"
-            fill = decode_fill_value(doc["fill_value"], v3type, endian=endian)
+        fill = decode_fill_value(doc["fill_value"], v3type, endian=_stored_endian(chain, doc))
+        chain = with_sharding(chain, fill)
+        coded = V3Codecs(codec_list, chain, chunks)
+        shard_codec = ranged(chain)
+        if shard_codec is not None:
+            # Inner chunks are the unit of reads and writes; shards are what is stored.
+            inner = shard_codec.config.chunk_shape
+            config = shard_codec.config
+            shards = ShardLayout(
+                ShardGeometry(shape, chunks, inner),
+                shard_keys=keys,
+                shard_index=index_of,
+                checksum=config.index_checksum,
+                location=config.index_location,
+                endian=config.index_endian,
+            )
+            unsupported = flat_file_problem(inner, dtype)
+            chunks = inner
+            coded = V3Codecs(list(config.codecs), shard_codec.inner, inner)
+            keys, index_of = _no_chunk_keys, _no_chunk_index
     names = doc.get("dimension_names")
     dimension_names = None
     valid = isinstance(names, list) and len(names) == len(shape)
@@ -143,14 +172,38 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
         dtype=dtype,
         order="C",
         fill_value=fill,
-        codecs=V3Codecs(codecs if isinstance(codecs, list) else [], chain, chunks),  # type: ignore[arg-type]
+        codecs=coded,  # type: ignore[arg-type]
         chunk_keys=keys,
         chunk_index=index_of,
         documents=(ZARR_JSON,),
         attrs=attrs,
         dimension_names=dimension_names,
         unsupported=unsupported,
+        shards=shards,
+        data_type_json=doc["data_type"],
+        codec_json={"codecs": codecs},
     )
+
+
+def _stored_endian(chain: V3CodecChain, doc: dict[str, Any]) -> str:
+    """The byte order chunks are stored in, looking into a shard's inner codecs."""
+    if chain.sharding is None:
+        return "big" if chain.stored_dtype.byteorder == ">" else "little"
+    inner = chain.sharding.configuration
+    codecs = inner.get("codecs") if isinstance(inner, dict) else None
+    for codec in codecs if isinstance(codecs, list) else []:
+        if isinstance(codec, dict) and codec.get("name") == "bytes":
+            config = codec.get("configuration") or {}
+            return "big" if isinstance(config, dict) and config.get("endian") == "big" else "little"
+    return "little"
+
+
+def _no_chunk_keys(index: Index) -> list[str]:
+    raise AssertionError("a sharded array stores shards: use ArrayMeta.shards")
+
+
+def _no_chunk_index(key: str) -> Index | None:
+    return None
 
 
 def _chunk_key_encoding(

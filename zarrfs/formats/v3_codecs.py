@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numcodecs
 import numpy as np
@@ -148,6 +148,20 @@ class BytesStage:
 ArrayStage = Transpose | ArrayFilter
 
 
+@runtime_checkable
+class ArrayBytesCodec(Protocol):
+    """An array->bytes stage that codes whole arrays itself (sharding, made one by
+    ``v3_sharding.with_sharding``)."""
+
+    def describe(self) -> str: ...
+
+    def max_encoded(self, shape: tuple[int, ...]) -> int: ...
+
+    def decode_array(self, data: bytes | memoryview, shape: tuple[int, ...]) -> np.ndarray: ...
+
+    def encode_array(self, arr: np.ndarray) -> bytes: ...
+
+
 # ------------------------------------------------------------------- chain
 
 
@@ -156,7 +170,7 @@ class V3CodecChain:
     dtype: np.dtype
     chunk_shape: tuple[int, ...]
     array_array: tuple[ArrayStage, ...]
-    array_bytes: BytesSerializer | ShardingMarker
+    array_bytes: BytesSerializer | ShardingMarker | ArrayBytesCodec
     bytes_bytes: tuple[BytesStage, ...]
     # Unknown codecs marked must_understand: false, skipped as the spec allows.
     ignored: tuple[str, ...] = ()
@@ -180,6 +194,10 @@ class V3CodecChain:
             text += f" (ignored: {', '.join(self.ignored)})"
         return text
 
+    def encoded_shape(self) -> tuple[int, ...]:
+        """The shape a chunk has when it reaches the array->bytes stage."""
+        return self._shapes(None)[1][-1]
+
     def _shapes(self, out_shape: Any) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
         """The chunk shape and the shape entering each array->array stage."""
         shape = self.chunk_shape if out_shape is None else tuple(int(n) for n in out_shape)
@@ -198,6 +216,11 @@ class V3CodecChain:
         if self.sharding is not None:
             raise UnsupportedError("sharding_indexed chunks are decoded by the shard layer")
         shape, shapes = self._shapes(out_shape)
+        stage = self.array_bytes
+        if isinstance(stage, ArrayBytesCodec):
+            encoded = self.decode_bytes(data, stage.max_encoded(shapes[-1]), exact=False)
+            arr = stage.decode_array(encoded, shapes[-1])
+            return self._undo_array_stages(arr, shapes)
         expected = math.prod(shape) * self.dtype.itemsize
         raw = self.decode_bytes(data, expected)
         if len(raw) != expected:
@@ -205,6 +228,9 @@ class V3CodecChain:
         arr = np.frombuffer(raw, dtype=self.stored_dtype).reshape(shapes[-1])
         if self.stored_dtype != self.dtype:
             arr = arr.astype(self.dtype)
+        return self._undo_array_stages(arr, shapes)
+
+    def _undo_array_stages(self, arr: np.ndarray, shapes: list[tuple[int, ...]]) -> np.ndarray:
         for stage, entering in zip(reversed(self.array_array), reversed(shapes[:-1]), strict=True):
             arr = stage.decode(arr, entering)
         # not ascontiguousarray: it turns a 0-d chunk into 1-d
@@ -246,6 +272,8 @@ class V3CodecChain:
         arr = arr.astype(self.dtype, copy=False)
         for stage in self.array_array:
             arr = stage.encode(arr)
+        if isinstance(self.array_bytes, ArrayBytesCodec):
+            return self.encode_bytes(self.array_bytes.encode_array(arr))
         raw = np.ascontiguousarray(arr, dtype=self.stored_dtype).tobytes()
         return self.encode_bytes(raw)
 
