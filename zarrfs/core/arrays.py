@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.chunkstate import ChunkStates, Dirty
 from zarrfs.core.reading import ArrayReads
 from zarrfs.errors import FileTooLargeError, InvalidArgumentError
 from zarrfs.formats.layout import (
@@ -42,15 +42,6 @@ if TYPE_CHECKING:
 MAX_TAIL = 64 << 20
 
 
-@dataclass
-class Dirty:
-    # chunk shape, laid out in the array's order; read-only when it is a write's own
-    # buffer or was handed to a flush: writers go through ArrayState._writable
-    data: np.ndarray
-    mask: np.ndarray | None  # elements written so far; None once complete
-    since: float  # when it first became dirty (monotonic)
-
-
 def _void(meta: ArrayMeta) -> np.dtype:
     return np.dtype((np.void, meta.itemsize))
 
@@ -67,10 +58,11 @@ class ArrayState(ArrayReads):
         self.documents = documents  # shared with the tree: the shown metadata files
         self.cache = cache
         self.writeback = writeback
-        self.dirty: dict[Index, Dirty] = {}
-        # Chunks handed to the store and not yet stored: complete, read-only. A write
-        # to one of them starts a new dirty chunk from a copy.
-        self.flushing: dict[Index, np.ndarray] = {}
+        # Dirty chunks, and chunks a flush holds (frozen: complete, read-only; a
+        # write to one of them starts a new dirty chunk from a copy).
+        self.chunks = ChunkStates(self, writeback)
+        self.dirty = self.chunks.dirty
+        self.flushing = self.chunks.frozen
         self.tail = bytearray()  # a trailing partial row, held until it is complete
         self.stored_rows = meta.shape[0] if meta.shape else 0  # shape[0] in the store
         self.low_rows = self.stored_rows  # smallest shape[0] since the last flush
@@ -98,7 +90,7 @@ class ArrayState(ArrayReads):
     def metadata_changed(self) -> bool:
         return bool(self.meta.shape) and self.meta.shape[0] != self.stored_rows
 
-    def _is_stale(self, index: Index) -> bool:
+    def is_stale(self, index: Index) -> bool:
         """Left beyond the end by a shrink, not written since: reads as fill."""
         return (
             bool(index)
@@ -118,18 +110,18 @@ class ArrayState(ArrayReads):
         dirty = self.dirty.get(index)
         if dirty is not None:
             if dirty.mask is not None:
-                await self._materialise(index)
+                await self.materialise(index)
             return self.dirty[index].data if index in self.dirty else await self.get(meta, index)
-        if self._is_stale(index):
+        if self.is_stale(index):
             return None
         flushing = self.flushing.get(index)
         if flushing is not None:
             return flushing
         return await self.cache.get(meta, index)
 
-    async def _materialise(self, index: Index) -> None:
+    async def materialise(self, index: Index) -> None:
         """Merge the stored chunk (or fill) under the elements not yet written."""
-        base = None if self._is_stale(index) else await self.cache.get(self.meta, index)
+        base = None if self.is_stale(index) else await self.cache.get(self.meta, index)
         dirty = self.dirty.get(index)  # may have been flushed or replaced meanwhile
         if dirty is None or dirty.mask is None:
             return
@@ -166,10 +158,8 @@ class ArrayState(ArrayReads):
         if base_is_fill and index and index[0] * meta.chunks[0] >= self.low_rows:
             self.rewritten.add(index)
         dirty = Dirty(data, mask, time.monotonic())
-        self.dirty[index] = dirty
+        self.chunks.make_dirty(index, dirty)
         self.cache.forget(meta.path, index)
-        if self.writeback is not None:
-            self.writeback.track(self, index, dirty)
         return dirty
 
     def _scatter(self, plan: RangePlan, buf: np.ndarray) -> None:
@@ -178,7 +168,7 @@ class ArrayState(ArrayReads):
         for index, pieces in plan.chunks.items():
             dirty = self.dirty.get(index)
             if dirty is None:
-                dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
+                dirty = self._new_dirty(index, base_is_fill=self.is_stale(index))
             target = self._writable(dirty).view(_void(meta))
             for piece in pieces:
                 count = math.prod(piece.box_shape)
@@ -228,7 +218,7 @@ class ArrayState(ArrayReads):
         """Bytes ``[start, stop)`` of a chunk that is a run of array.raw."""
         dirty = self.dirty.get(index)
         if dirty is None:
-            dirty = self._new_dirty(index, base_is_fill=self._is_stale(index))
+            dirty = self._new_dirty(index, base_is_fill=self.is_stale(index))
         target = self._writable(dirty)
         if not target.flags.c_contiguous:  # reshape would copy: the write be lost
             raise RuntimeError(f"{self.meta.display_name}: dirty chunk not contiguous")
@@ -250,12 +240,10 @@ class ArrayState(ArrayReads):
         """A whole chunk written at once: the (immutable) request bytes are the chunk."""
         meta = self.meta
         data = source.view(meta.dtype).reshape(meta.chunks)
-        if self._is_stale(index) and index[0] * meta.chunks[0] >= self.low_rows:
+        if self.is_stale(index) and index[0] * meta.chunks[0] >= self.low_rows:
             self.rewritten.add(index)
-        self.dirty[index] = dirty = Dirty(data, None, time.monotonic())
+        self.chunks.make_dirty(index, Dirty(data, None, time.monotonic()))
         self.cache.forget(meta.path, index)
-        if self.writeback is not None:
-            self.writeback.track(self, index, dirty)
 
     async def _write_stored(self, offset: int, data: bytes | memoryview) -> None:
         """Write inside the stored rows (``offset + len(data) <= meta.nbytes``)."""
@@ -305,9 +293,9 @@ class ArrayState(ArrayReads):
         indices = list(dict.fromkeys(self._locate(e)[0] for e in elements))
         for index in indices:
             if index not in self.dirty:
-                self._new_dirty(index, base_is_fill=self._is_stale(index))
+                self._new_dirty(index, base_is_fill=self.is_stale(index))
             if self.dirty[index].mask is not None:
-                await self._materialise(index)
+                await self.materialise(index)
         return all(i in self.dirty and self.dirty[i].mask is None for i in indices)
 
     def _element(self, element: int) -> np.ndarray:
@@ -418,16 +406,14 @@ class ArrayState(ArrayReads):
             self.writeback.resized(self)
 
     def _fill_beyond(self, index: Index, keep: int) -> None:
-        dirty = self.dirty.get(index) or self._new_dirty(index, base_is_fill=self._is_stale(index))
+        dirty = self.dirty.get(index) or self._new_dirty(index, base_is_fill=self.is_stale(index))
         fill = np.frombuffer(self.meta.fill_bytes, dtype=_void(self.meta))[0]
         self._writable(dirty).view(_void(self.meta))[keep:] = fill
         if dirty.mask is not None:
             dirty.mask[keep:] = True
 
     def _drop_dirty(self, index: Index) -> None:
-        self.dirty.pop(index, None)
-        if self.writeback is not None:
-            self.writeback.dropped(self, index)
+        self.chunks.drop(index)
 
     # -- flushing support ---------------------------------------------------------------
 
@@ -496,7 +482,7 @@ class ArrayState(ArrayReads):
         return {
             position
             for position, index in geometry.geometry.inner_chunks_in_array(unit)
-            if self._is_stale(index) or index[0] * self.meta.chunks[0] >= self.meta.shape[0]
+            if self.is_stale(index) or index[0] * self.meta.chunks[0] >= self.meta.shape[0]
         }
 
     def mark_stored(self, rows: int, low_rows: int, high_rows: int) -> None:

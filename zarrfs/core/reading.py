@@ -9,6 +9,7 @@ methods ``ArrayState`` defines.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -19,8 +20,8 @@ from zarrfs.formats.layout import Index, contiguous_chunk_nbytes, contiguous_run
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
-    from zarrfs.core.arrays import Dirty
     from zarrfs.core.chunks import ChunkCache
+    from zarrfs.core.chunkstate import Dirty
 
 # Sequential readers get the chunks ahead of them loaded in the background.
 READ_AHEAD = 8 * 2**20
@@ -80,13 +81,13 @@ class ArrayReads:
 
     meta: ArrayMeta
     cache: ChunkCache
-    dirty: dict[Index, Dirty]
-    flushing: dict[Index, np.ndarray]
+    dirty: Mapping[Index, Dirty]
+    flushing: Mapping[Index, np.ndarray]
     tail: bytearray
     _prefetched_to: int
     _released_to: int
 
-    def _is_stale(self, index: Index) -> bool:
+    def is_stale(self, index: Index) -> bool:
         raise NotImplementedError
 
     async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None:
@@ -166,7 +167,7 @@ class ArrayReads:
         return min(wanted, self.cache.max_bytes // 4)
 
     def _prefetch_chunk(self, index: Index) -> bool:
-        if index in self.dirty or index in self.flushing or self._is_stale(index):
+        if index in self.dirty or index in self.flushing or self.is_stale(index):
             return True
         return self.cache.prefetch(self.meta, index)
 
@@ -198,7 +199,7 @@ class ArrayReads:
         dirty = self.dirty.get(index)
         if dirty is not None:
             return (True, dirty.data) if dirty.mask is None else (False, None)
-        if self._is_stale(index):
+        if self.is_stale(index):
             return True, None
         if index in self.flushing:
             return True, self.flushing[index]

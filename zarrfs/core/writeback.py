@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import trio
 
-from zarrfs.core.arrays import ArrayState, Dirty
+from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.chunkstate import Dirty
 from zarrfs.core.pool import WorkerPool
 from zarrfs.core.ratelimit import RateLimitedLog
 from zarrfs.core.shardwrite import stage_shard
@@ -114,10 +115,8 @@ class WriteBack:
         self._resized: dict[int, tuple[ArrayState, float]] = {}
         # Batches run concurrently; their commits one at a time.
         self._commit_lock = trio.Lock()
-        # Chunks handed to a batch and not finished yet (stored and cached, or given
-        # back as dirty): a later batch waits for them before taking them again, so
-        # an older snapshot never overtakes a newer one.
-        self._in_flight: dict[DirtyKey, tuple[ArrayState, trio.Event]] = {}
+        # Arrays some of whose units a batch has held (ChunkStates knows which).
+        self._holding: dict[int, ArrayState] = {}
         # Chunks a sequential writer has finished: stored while it writes the next ones.
         self._behind: dict[DirtyKey, tuple[ArrayState, Index]] = {}
         self._behind_ready = trio.Event()
@@ -170,29 +169,21 @@ class WriteBack:
     async def _take(self, state: ArrayState, unit: Index) -> dict[Index, Dirty]:
         """The unit's complete dirty chunks, once no earlier batch holds the unit."""
         while True:
-            earlier = self._in_flight.get((id(state), unit))
+            earlier = state.chunks.holder(unit)
             if earlier is not None:
-                await earlier[1].wait()  # its snapshot must be in place before ours
+                await earlier.wait()  # its snapshot must be in place before ours
                 continue
             members = [i for i in state.meta.unit_members(unit) if i in state.dirty]
             partial = [i for i in members if state.dirty[i].mask is not None]
             if not partial:
                 return {i: state.dirty[i] for i in members}
             for index in partial:
-                await state._materialise(index)
+                await state.materialise(index)
 
     def _hand_over(self, state: ArrayState, unit: Index, members: dict[Index, Dirty]) -> None:
-        """The batch holds the unit from now on (no await since it was taken).
-
-        Its chunks are handed over instead of copied: reads see them in
-        ``flushing``, and a write meanwhile starts a new dirty chunk from one.
-        """
-        for index, dirty in members.items():
-            del state.dirty[index]
-            self.dropped(state, index)
-            dirty.data.flags.writeable = False
-            state.flushing[index] = dirty.data
-        self._in_flight[(id(state), unit)] = (state, trio.Event())
+        """The batch holds the unit from now on (no await since it was taken)."""
+        state.chunks.freeze(unit, members)
+        self._holding[id(state)] = state
         if state.meta.shards is not None:
             self.cache.begin_replace(state.meta, unit)
 
@@ -201,7 +192,6 @@ class WriteBack:
     ) -> None:
         """Store one unit (a chunk, or a shard) the batch holds when it commits."""
         arrived = False
-        key = (id(state), unit)
         meta = state.meta
         stored_index: object = _UNKNOWN
         try:
@@ -220,17 +210,13 @@ class WriteBack:
                     stored_index = _UNKNOWN
                     raise batch.error
             except BaseException:
-                for index, dirty in members.items():
-                    if index not in state.dirty:  # nothing lost: dirty again (read-only:
-                        state.dirty[index] = dirty  # the next write copies it first)
-                        self.track(state, index, dirty)
+                state.chunks.thaw(members)  # nothing lost: dirty again
                 raise
             finally:
                 self._unsynced.add(meta.unit_key(unit))
-                for index in members:
-                    state.flushing.pop(index, None)
+                state.chunks.unfreeze(members)
             for index, chunk in data.items():
-                if meta.shards is None and state._is_stale(index):
+                if meta.shards is None and state.is_stale(index):
                     # A shrink overtook this store: the chunk must not outlive it.
                     await self.io_pool.run(self._delete_chunk, meta, index)
                     self.cache.forget(meta.path, index)
@@ -245,8 +231,7 @@ class WriteBack:
         finally:
             if meta.shards is not None:
                 self.cache.end_replace(meta.path, unit, stored_index)
-            _, done = self._in_flight.pop(key)
-            done.set()
+            state.chunks.release(unit)
             if not arrived:
                 batch.arrive()
 
@@ -327,7 +312,7 @@ class WriteBack:
 
         async def complete(state: ArrayState, index: Index) -> None:
             with contextlib.suppress(ZarrfsError):  # reported when the chunk is taken
-                await state._materialise(index)
+                await state.materialise(index)
 
         async def one(
             state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: _Batch
@@ -502,14 +487,18 @@ class WriteBack:
         """Its dirty chunks, and the units an earlier batch holds: that batch may
         fail and give them back, and an fsync must not return before they are
         stored. (chunks, units) as ``_gather`` takes them."""
-        held = [(state, unit) for (s, unit) in self._in_flight if s == id(state)]
+        held = [(state, unit) for unit in state.chunks.held()]
         return [(state, index) for index in state.dirty], held
 
     def states(self) -> list[ArrayState]:
         """Arrays with anything not yet in the store."""
         states = {id(s): s for s, _, _, _ in self._order.values()}
         states.update({k: s for k, (s, _) in self._resized.items()})
-        states.update({k: s for (k, _), (s, _) in self._in_flight.items()})
+        for key, state in list(self._holding.items()):
+            if state.chunks.held():
+                states[key] = state
+            else:
+                del self._holding[key]
         return list(states.values())
 
     async def flush_all(self) -> None:
