@@ -20,7 +20,8 @@ import trio
 import zarr
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache, parse_size
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.sizes import parse_size
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from zarrfs import runstate
-from zarrfs.core.chunks import parse_size
+from zarrfs.core.sizes import parse_size
 from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import PID_XATTR
 

@@ -23,17 +23,12 @@ import outcome
 import trio
 
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
+from zarrfs.core.shardread import Where, fetch_inner, load_index
 from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
 from zarrfs.formats.codecs import size_bound
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.shards import (
-    ShardIndex,
-    ShardIndexError,
-    decode_index,
-    index_range,
-    inner_range,
-)
+from zarrfs.formats.shards import ShardIndex, inner_range
 from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -58,8 +53,6 @@ _ABSENT = object()
 # A shard's index is cached beside the chunks, under its array's path with this
 # prefix (no store key holds a NUL): one LRU and one budget for both.
 _INDEX = "\0"
-# Where a sharded array's inner chunk lives: (shard key, offset, nbytes).
-Where = tuple[str, int, int]
 
 
 def index_key(path: str, shard: Index) -> ChunkKey:
@@ -317,28 +310,8 @@ class ChunkCache:
         return True
 
     def _load_index(self, meta: ArrayMeta, shard: Index) -> tuple[ShardIndex | None, None]:
-        """Worker thread: the index of one shard, checked against the shard's size
-        (None when the shard is not stored)."""
-        layout = meta.shards
-        assert layout is not None
-        key = layout.shard_keys(shard)[0]
-        n_inner = layout.geometry.n_inner
-        try:
-            size = self.store.size(key)
-            if size is None:
-                return None, None
-            start, length = index_range(size, n_inner, layout.checksum, layout.location)
-            data = self.store.get_range(key, start, length)
-            if data is None:  # deleted since: as if never stored
-                return None, None
-            found = decode_index(
-                data, n_inner, layout.checksum, size, layout.location, endian=layout.endian
-            )
-        except (InvalidValueError, ShardIndexError) as e:
-            reason = f"shard index: {e}"
-        else:
-            return found, None
-        raise ChunkError(meta.display_name, key, reason)
+        """Worker thread: the index of one shard (None when it is not stored)."""
+        return load_index(self.store, meta, shard), None
 
     def _load(
         self,
@@ -377,28 +350,13 @@ class ChunkCache:
         self, meta: ArrayMeta, index: Index, where: Where, limit: int
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Worker thread: one inner chunk of a shard, by its byte range."""
-        key, offset, nbytes = where
-        if nbytes > limit:
-            reason = f"inner chunk {index} is {nbytes} bytes, more than any encoding of it"
-        else:
-            try:
-                data = self.store.get_range(key, offset, nbytes)
-            except InvalidValueError as e:
-                data, reason = None, str(e)
-            else:
-                if data is None:  # the shard was deleted meanwhile: fill value
-                    return None, None
-                if len(data) != nbytes:
-                    reason = (
-                        f"inner chunk {index}: shard ends at byte {offset + len(data)}, "
-                        f"its index says [{offset}, {offset + nbytes})"
-                    )
-                else:
-                    decoded = self._decode(meta, data, None)
-                    if not isinstance(decoded, str):
-                        return decoded
-                    reason = f"inner chunk {index}: {decoded}"
-        raise ChunkError(meta.display_name, key, reason)
+        data = fetch_inner(self.store, meta, index, where, limit)
+        if data is None:  # the shard was deleted meanwhile: fill value
+            return None, None
+        decoded = self._decode(meta, data, None)
+        if isinstance(decoded, str):
+            raise ChunkError(meta.display_name, where[0], f"inner chunk {index}: {decoded}")
+        return decoded
 
     def _decode(
         self, meta: ArrayMeta, data: bytes, out: np.ndarray | None
@@ -536,17 +494,3 @@ def _drop_tracebacks(error: BaseException) -> None:
         seen.add(id(chained))
         chained.__traceback__ = None
         chained = chained.__cause__ or chained.__context__
-
-
-def parse_size(text: str) -> int:
-    """'512M', '1G', '4096' → bytes (binary units, as rclone and s3ql take them)."""
-    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    s = text.strip().upper().removesuffix("B").removesuffix("I")
-    num, unit = (s[:-1], s[-1]) if s and s[-1] in units else (s, "")
-    try:
-        value = float(num)
-        if not 0 <= value < 2**63:
-            raise ValueError
-        return int(value * units[unit])
-    except (ValueError, OverflowError):
-        raise ValueError(f"invalid size {text!r}") from None

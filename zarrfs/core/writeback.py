@@ -21,9 +21,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
 
-import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
@@ -31,19 +29,22 @@ from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.chunkstate import Dirty
 from zarrfs.core.pool import WorkerPool
 from zarrfs.core.ratelimit import RateLimitedLog
-from zarrfs.core.shardwrite import stage_shard
+from zarrfs.core.staging import (
+    Batch,
+    delete_chunk,
+    is_fill,
+    stage_unit,
+    store_metadata,
+    stored_units,
+)
 from zarrfs.errors import (
-    ChunkError,
     InvalidArgumentError,
-    MetadataError,
     StoreError,
     ZarrfsError,
 )
-from zarrfs.formats.consolidated import replace_entry
 from zarrfs.formats.layout import Index
-from zarrfs.formats.model import ArrayMeta, join_key
-from zarrfs.formats.v2 import CONSOLIDATED_KEY, rewrite_shape
-from zarrfs.formats.v3 import ZARR_JSON, replace_consolidated_entry
+from zarrfs.formats.model import join_key
+from zarrfs.formats.resize import resized_documents
 from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -62,37 +63,6 @@ BEHIND_LIMIT = 32 << 20
 # a full disk must not make every write re-encode chunks that fail again.
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0
-
-
-class _Batch:
-    """Chunks flushed together: staged one by one, committed at once."""
-
-    def __init__(self, expected: int, *, keep: bool = True) -> None:
-        self.waiting = expected  # chunks neither staged nor given up yet
-        self.keep = keep  # stored chunks stay in the decoded-chunk cache
-        self.staged: list[Any] = []
-        self.ready = trio.Event()
-        self.committed = trio.Event()
-        self.error: ZarrfsError | None = None
-        if not expected:
-            self.ready.set()
-
-    def arrive(self) -> None:
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.ready.set()
-
-
-def is_fill(chunk: np.ndarray, meta: ArrayMeta) -> bool:
-    """Bitwise: every element's bytes equal the fill value's (-0.0 is not 0.0)."""
-    if meta.fill_value is None:
-        return False
-    flat = chunk.reshape(-1, order=meta.order).view(np.uint8).reshape(-1, meta.itemsize)
-    fill = np.frombuffer(meta.fill_value, np.uint8)
-    # Most chunks differ in their first or last element: answer those without a pass.
-    if not (np.array_equal(flat[0], fill) and np.array_equal(flat[-1], fill)):
-        return False
-    return bool((flat == fill).all())
 
 
 class WriteBack:
@@ -188,7 +158,7 @@ class WriteBack:
             self.cache.begin_replace(state.meta, unit)
 
     async def _flush_unit(
-        self, state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: _Batch
+        self, state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: Batch
     ) -> None:
         """Store one unit (a chunk, or a shard) the batch holds when it commits."""
         arrived = False
@@ -199,7 +169,7 @@ class WriteBack:
             dropped = state.dropped_positions(unit)
             try:
                 staged, stored_index = await self.pool.run(
-                    self._stage_unit, meta, unit, data, dropped
+                    stage_unit, self.store, meta, unit, data, dropped
                 )
                 if staged is not None:
                     batch.staged.append(staged)
@@ -218,7 +188,7 @@ class WriteBack:
             for index, chunk in data.items():
                 if meta.shards is None and state.is_stale(index):
                     # A shrink overtook this store: the chunk must not outlive it.
-                    await self.io_pool.run(self._delete_chunk, meta, index)
+                    await self.io_pool.run(delete_chunk, self.store, meta, index)
                     self.cache.forget(meta.path, index)
                 elif staged is None or batch.keep:
                     if meta.shards is None:
@@ -234,35 +204,6 @@ class WriteBack:
             state.chunks.release(unit)
             if not arrived:
                 batch.arrive()
-
-    def _stage_unit(
-        self, meta: ArrayMeta, unit: Index, chunks: dict[Index, np.ndarray], dropped: set[int]
-    ) -> tuple[Any, Any]:
-        """Worker thread: (the store's staged value or None when deleted, the new
-        shard index of a sharded array)."""
-        if meta.shards is not None:
-            return stage_shard(self.store, meta, unit, chunks, dropped)
-        ((index, chunk),) = chunks.items()
-        return self._stage_chunk(meta, index, chunk), None
-
-    def _stage_chunk(self, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> Any:
-        """Worker thread: encode and stage, or delete a chunk that is all fill value.
-
-        Returns the store's staged value, or None when the chunk was deleted.
-        """
-        keys = meta.chunk_keys(index)
-        if is_fill(chunk, meta):
-            self._delete_chunk(meta, index)
-            return None
-        try:
-            data = meta.codecs.encode(chunk.reshape(-1, order=meta.order))
-        except Exception as e:
-            raise ChunkError(meta.display_name, keys[0], f"cannot encode: {e}") from e
-        return self.store.stage(keys[0], data)
-
-    def _delete_chunk(self, meta: ArrayMeta, index: Index) -> None:
-        for key in meta.chunk_keys(index):
-            self.store.delete(key, durable=False)
 
     async def sync(self) -> None:
         """Make every chunk replaced so far durable: one fsync per directory."""
@@ -315,7 +256,7 @@ class WriteBack:
                 await state.materialise(index)
 
         async def one(
-            state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: _Batch
+            state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: Batch
         ) -> None:
             try:
                 await self._flush_unit(state, unit, members, batch)
@@ -334,7 +275,7 @@ class WriteBack:
             async with trio.open_nursery() as nursery:
                 for state, index in partial:
                     nursery.start_soon(complete, state, index)
-        batch = _Batch(len(ordered), keep=keep)
+        batch = Batch(len(ordered), keep=keep)
         # Shielded: a batch cut short would leave its worker threads renaming
         # older snapshots while the unmount's final flush stores newer ones.
         with trio.CancelScope(shield=True):
@@ -386,7 +327,7 @@ class WriteBack:
             self._resized.pop(id(state), None)
             stored: list[Index] = []
             if state.stale_range() is not None:
-                stored = await self.io_pool.run(self._stored_units, state.meta)
+                stored = await self.io_pool.run(stored_units, self.store, state.meta)
             stale, rewrite = state.stale_units(stored)
             if rewrite:  # shards holding stale inner chunks among live ones
                 await self._gather([], rewrite=[(state, unit) for unit in rewrite])
@@ -400,14 +341,15 @@ class WriteBack:
                 if state.tail:
                     self.resized(state)
                 return
-            name = meta.documents[0]
-            document = rewrite_shape(state.documents[name], meta.shape)
-            consolidated = self._consolidated(meta, name, document)
+            name, document, consolidated = resized_documents(
+                meta, state.documents, self.root_documents
+            )
             stale_keys = [key for unit in stale for key in meta.unit_keys(unit)]
             try:
                 with trio.CancelScope(shield=True):
                     await self.io_pool.run(
-                        self._store_metadata,
+                        store_metadata,
+                        self.store,
                         join_key(meta.path, name),
                         document,
                         consolidated,
@@ -427,48 +369,6 @@ class WriteBack:
             state.mark_stored(rows, low, high)
         if state.tail:
             self.resized(state)  # keep it known, so unmount reports the dropped tail
-
-    def _consolidated(
-        self, meta: ArrayMeta, name: str, document: bytes
-    ) -> tuple[str, bytes] | None:
-        """(root key, new content) of the consolidated metadata with this array's
-        entry replaced: v2's .zmetadata, or the consolidated_metadata inside a v3
-        root zarr.json; None if the store has none that names the array."""
-        docs = self.root_documents
-        if docs is None:
-            return None
-        try:
-            if CONSOLIDATED_KEY in docs:
-                new = replace_entry(docs[CONSOLIDATED_KEY], join_key(meta.path, name), document)
-                return None if new is None else (CONSOLIDATED_KEY, new)
-            if ZARR_JSON in docs and meta.path:
-                new = replace_consolidated_entry(docs[ZARR_JSON], meta.path, document)
-                return None if new is None else (ZARR_JSON, new)
-        except MetadataError as e:
-            log.warning("not updating the consolidated metadata: %s", e)
-        return None
-
-    def _stored_units(self, meta: ArrayMeta) -> list[Index]:
-        """I/O thread: the units (chunks or shards) the store holds for this array."""
-        found = []
-        for key, _ in self.store.scan(meta.path):
-            index = meta.stored_unit(join_key(meta.path, key))
-            if index is not None:
-                found.append(index)
-        return found
-
-    def _store_metadata(
-        self,
-        key: str,
-        document: bytes,
-        consolidated: tuple[str, bytes] | None,
-        stale: list[str],
-    ) -> None:
-        self.store.set(key, document)
-        if consolidated is not None:
-            self.store.set(*consolidated)
-        for stale_key in stale:
-            self.store.delete(stale_key)
 
     async def flush_array(self, state: ArrayState) -> None:
         """Everything of one array into the store (fsync, close). Errors propagate."""

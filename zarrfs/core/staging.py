@@ -1,20 +1,24 @@
-"""Storing a shard (worker thread): the dirty inner chunks a batch holds, merged
-with the inner chunks the stored shard keeps, as one new value.
+"""Staging what a batch stores (worker threads): a chunk, or a shard.
 
-The old shard is read only for the inner chunks the batch does not replace, and
-then only their bytes (its index, and one ranged read of those chunks, never
-decoded): a writer that replaces every inner chunk of a shard never reads it.
-Inner chunks all fill value are left out of the index; a shard left with none is
-deleted, as zarr-python does.
+A chunk is encoded and staged, or deleted when it is all fill value. A shard is
+staged from the dirty inner chunks a batch holds merged with the inner chunks the
+stored shard keeps. The old shard is read only for the inner chunks the batch
+does not replace, and then only their bytes (its index, and ranged reads of those
+chunks, never decoded): a writer that replaces every inner chunk of a shard never
+reads it. Inner chunks all fill value are left out of the index; a shard left
+with none is deleted, as zarr-python does.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from zarrfs.errors import ChunkError, InvalidValueError
+import numpy as np
+import trio
+
+from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
 from zarrfs.formats.layout import Index
-from zarrfs.formats.model import ArrayMeta, ShardLayout
+from zarrfs.formats.model import ArrayMeta, ShardLayout, join_key
 from zarrfs.formats.shards import (
     ShardIndex,
     ShardIndexError,
@@ -23,8 +27,97 @@ from zarrfs.formats.shards import (
     index_range,
     inner_range,
 )
-from zarrfs.formats.v3_sharding import is_fill
 from zarrfs.stores.base import RANGE_LIMIT, Store
+
+
+class Batch:
+    """Chunks flushed together: staged one by one, committed at once."""
+
+    def __init__(self, expected: int, *, keep: bool = True) -> None:
+        self.waiting = expected  # chunks neither staged nor given up yet
+        self.keep = keep  # stored chunks stay in the decoded-chunk cache
+        self.staged: list[Any] = []
+        self.ready = trio.Event()
+        self.committed = trio.Event()
+        self.error: ZarrfsError | None = None
+        if not expected:
+            self.ready.set()
+
+    def arrive(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.ready.set()
+
+
+def is_fill(chunk: np.ndarray, meta: ArrayMeta) -> bool:
+    """Bitwise: every element's bytes equal the fill value's (-0.0 is not 0.0)."""
+    if meta.fill_value is None:
+        return False
+    flat = chunk.reshape(-1, order=meta.order).view(np.uint8).reshape(-1, meta.itemsize)
+    fill = np.frombuffer(meta.fill_value, np.uint8)
+    # Most chunks differ in their first or last element: answer those without a pass.
+    if not (np.array_equal(flat[0], fill) and np.array_equal(flat[-1], fill)):
+        return False
+    return bool((flat == fill).all())
+
+
+def stage_unit(
+    store: Store,
+    meta: ArrayMeta,
+    unit: Index,
+    chunks: dict[Index, np.ndarray],
+    dropped: set[int],
+) -> tuple[Any, ShardIndex | None]:
+    """(the store's staged value, or None when the unit was deleted; the new index
+    of a shard)."""
+    if meta.shards is not None:
+        return stage_shard(store, meta, unit, chunks, dropped)
+    ((index, chunk),) = chunks.items()
+    return stage_chunk(store, meta, index, chunk), None
+
+
+def stage_chunk(store: Store, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> Any:
+    """Encode and stage a chunk, or delete it when it is all fill value (None)."""
+    keys = meta.chunk_keys(index)
+    if is_fill(chunk, meta):
+        delete_chunk(store, meta, index)
+        return None
+    try:
+        data = meta.codecs.encode(chunk.reshape(-1, order=meta.order))
+    except Exception as e:
+        raise ChunkError(meta.display_name, keys[0], f"cannot encode: {e}") from e
+    return store.stage(keys[0], data)
+
+
+def stored_units(store: Store, meta: ArrayMeta) -> list[Index]:
+    """The units (chunks or shards) the store holds for this array."""
+    found = []
+    for key, _ in store.scan(meta.path):
+        unit = meta.stored_unit(join_key(meta.path, key))
+        if unit is not None:
+            found.append(unit)
+    return found
+
+
+def store_metadata(
+    store: Store,
+    key: str,
+    document: bytes,
+    consolidated: tuple[str, bytes] | None,
+    stale: list[str],
+) -> None:
+    """A resize's documents, then the deletion of the values it left stale."""
+    store.set(key, document)
+    if consolidated is not None:
+        store.set(*consolidated)
+    for stale_key in stale:
+        store.delete(stale_key)
+
+
+def delete_chunk(store: Store, meta: ArrayMeta, index: Index) -> None:
+    for key in meta.chunk_keys(index):
+        store.delete(key, durable=False)
+
 
 # Kept inner chunks are copied from the old shard in reads of at most this much.
 _COPY_BATCH = RANGE_LIMIT // 4
@@ -44,7 +137,6 @@ def stage_shard(
     layout = meta.shards
     assert layout is not None
     key = layout.shard_keys(shard)[0]
-    fill = meta.fill_bytes
     encoded: list[bytes | None] = [None] * layout.geometry.n_inner
     kept: list[int] = []
     for position, inner in layout.geometry.inner_chunks_in_array(shard):
@@ -53,7 +145,7 @@ def stage_shard(
             if position not in dropped:
                 kept.append(position)
             continue
-        if is_fill(chunk, fill):
+        if is_fill(chunk, meta):
             continue
         try:
             encoded[position] = meta.codecs.encode(chunk.reshape(-1))
