@@ -21,6 +21,14 @@ side by side with its reference in the same run, on the same store:
   blosc-lz4 and zlib-1 (target >= 1.0x), each started with nothing dirty in the page
   cache; also prints the rate of encoding alone on every core, which bounds both.
 - write-random: random 4 KiB pwrites into a hot 64 MiB array (target >= 5 000 writes/s).
+- sharded: a Zarr v3 sharded array (float32, 8192 columns, ``--size-mb`` up to 256 MiB,
+  inner chunks 512x512 = 1 MiB, shards 2048x2048 of 16 inner chunks, blosc-lz4) written
+  by zarr-python: ``dd bs=1M`` of array.raw on a fresh mount vs zarr-python ``z[:]``
+  (target >= 1.5x; tensorstore's read printed for reference), and the rewrite ``dd
+  conv=notrunc,fsync`` into array.raw vs zarr-python ``z[:] = data`` (target >= 1.0x),
+  the rewritten stores read back by zarr-python and tensorstore. A part that fails
+  (zarrfs shows no array.raw for the array, say) is an error of the section; the
+  figures of the others are still reported.
 
 Reads see the store's compressed files warm in the OS page cache (each store is read
 once beforehand): dropping the page cache is not portable, so both sides get it warm.
@@ -78,7 +86,12 @@ READ_SEQ_TARGETS = {"blosc-lz4": 1.5, "zlib-1": 1.0}
 
 
 class BenchError(Exception):
-    """The benchmark could not run; the message says why."""
+    """The benchmark could not run; the message says why. ``results``: what the section
+    measured before it failed, reported all the same."""
+
+    def __init__(self, message: str, results: list[Result] | None = None) -> None:
+        super().__init__(message)
+        self.results = results or []
 
 
 # -- results ----------------------------------------------------------------------------
@@ -669,6 +682,192 @@ def write_random(b: Bench) -> list[Result]:
     return [at_least("write-random", count / elapsed, "writes/s", 5_000)]
 
 
+# -- sharded Zarr v3 -----------------------------------------------------------------------
+
+SHARDED_COLUMNS = 8192  # a row is 32 KiB of float32
+SHARDED_MAX_MB = 256  # 8192 x 8192
+INNER = (512, 512)  # an inner chunk: 1 MiB of float32
+SHARD = (2048, 2048)  # a shard: 4 x 4 = 16 inner chunks
+SHARDED_CODEC = "blosc-lz4"
+SHARDED_TARGETS = {"read": 1.5, "write": 1.0}
+
+
+def sharded_data(rows: int, offset: float = 0.0, noise: float = 0.0) -> np.ndarray:
+    """``make_data`` laid out ``SHARDED_COLUMNS`` wide: (rows, 8192) float32."""
+    per_row = SHARDED_COLUMNS // COLUMNS
+    return make_data(rows * per_row, offset, noise).reshape(rows, SHARDED_COLUMNS)
+
+
+def create_sharded(store: Path, initial: np.ndarray) -> None:
+    """A v3 group holding the sharded array ``arr``, filled with ``initial`` by
+    zarr-python (blosc-lz4 like the v2 sections' CODECS, here as a v3 codec)."""
+    zarr.open_group(str(store), mode="w", zarr_format=3)
+    z = zarr.create_array(
+        store=str(store / "arr"),
+        shape=initial.shape,
+        chunks=INNER,
+        shards=SHARD,
+        dtype="<f4",
+        zarr_format=3,
+        compressors=zarr.codecs.BloscCodec(
+            cname="lz4", clevel=5, shuffle=zarr.codecs.BloscShuffle.shuffle, typesize=4
+        ),
+        fill_value=0.0,
+    )
+    z[...] = initial
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def tensorstore_read(store: Path) -> tuple[np.ndarray, float]:
+    """The whole array ``arr`` read by tensorstore (opened fresh, no cache pool: its
+    default), and the seconds of the read alone."""
+    try:
+        import tensorstore
+    except ImportError as e:
+        raise BenchError(
+            "tensorstore is not installed (it is in the test extra: scripts/install.sh)"
+        ) from e
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(store / "arr")}}
+    array = tensorstore.open(spec, open=True, read=True).result()
+    start = time.perf_counter()
+    out = array.read().result()
+    return out, time.perf_counter() - start
+
+
+def sharded_raw(m: Mounted, what: str) -> Path:
+    """array.raw of ``arr`` under the mount; a clear error when zarrfs shows none."""
+    raw = m / "arr" / "array.raw"
+    if not raw.is_file():
+        try:
+            shown = sorted(p.name for p in (m / "arr").iterdir())
+        except OSError as e:
+            shown = [f"(cannot list: {e})"]
+        raise BenchError(
+            f"{what}: the mount shows no arr/array.raw for the sharded array (shows "
+            f"{shown}): does this zarrfs support sharded Zarr v3 arrays? Last lines of "
+            f"its log:\n{log_tail(m.log())}"
+        )
+    return raw
+
+
+def check_sharded_store(store: Path, data: np.ndarray, what: str) -> None:
+    """The whole array, as zarr-python and as tensorstore read it, is ``data`` (bitwise)."""
+    if not same_bits(np.asarray(zarr.open_array(str(store / "arr"), mode="r")[:]), data):
+        raise BenchError(f"{what}: zarr-python reads other values than were written")
+    if not same_bits(tensorstore_read(store)[0], data):
+        raise BenchError(f"{what}: tensorstore reads other values than were written")
+
+
+def sharded_read(b: Bench, data: np.ndarray, failures: list[str]) -> list[Result]:
+    mb = data.nbytes / MiB
+    store = b.work / "sharded-read.zarr"
+    create_sharded(store, data)
+    warm(store)
+    z = zarr.open_array(str(store / "arr"), mode="r")
+    start = time.perf_counter()
+    out = z[:]
+    zp_rate = mb / (time.perf_counter() - start)
+    if not same_bits(out, data):
+        raise BenchError("sharded read: zarr-python read other values than were stored")
+    del out
+    ts_rate = None
+    try:
+        out, ts_time = tensorstore_read(store)
+        if not same_bits(out, data):
+            raise BenchError("sharded read: tensorstore read other values than were stored")
+        del out
+        ts_rate = mb / ts_time
+    except BenchError as e:
+        failures.append(str(e))
+    ts_text = f"{ts_rate:.1f} MiB/s" if ts_rate is not None else "failed"
+    print(f"  read: zarr-python z[:] {zp_rate:.1f} MiB/s; tensorstore read {ts_text}")
+    try:
+        with b.mount(store) as m:
+            raw = sharded_raw(m, "sharded read")
+            fs_rate = mb / dd(m, raw, "/dev/null")
+            check_file(raw, data, "sharded read")
+    except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+        failures.append(f"zarrfs read: {e}")
+        return []
+    finally:
+        shutil.rmtree(store)
+    results = [versus("sharded read-seq", fs_rate, zp_rate, "MiB/s", SHARDED_TARGETS["read"])]
+    if ts_rate is not None:  # no target of its own
+        results.append(
+            Result(
+                "sharded read-seq vs tensorstore",
+                fmt(fs_rate, "MiB/s"),
+                fmt(ts_rate, "MiB/s"),
+                fs_rate / ts_rate,
+                "(reference)",
+                True,
+            )
+        )
+    return results
+
+
+def sharded_write(b: Bench, data: np.ndarray, failures: list[str]) -> list[Result]:
+    mb = data.nbytes / MiB
+    initial = sharded_data(data.shape[0], offset=1.0)
+    fs_store, zp_store = b.work / "sharded-zarrfs.zarr", b.work / "sharded-zarr.zarr"
+    create_sharded(fs_store, initial)
+    create_sharded(zp_store, initial)
+    del initial
+    source = b.work / "sharded-source.raw"
+    data.tofile(source)
+    fs_rate = None
+    try:
+        with b.mount(fs_store) as m:
+            raw = sharded_raw(m, "sharded rewrite")
+            os.sync()  # nothing dirty in the page cache, untimed (as write-seq)
+            fs_rate = mb / dd(m, source, raw, "conv=notrunc,fsync")
+        check_sharded_store(fs_store, data, "zarrfs sharded rewrite")
+    except (BenchError, AssertionError, OSError) as e:
+        failures.append(f"zarrfs rewrite: {e}")
+    finally:
+        source.unlink()
+        shutil.rmtree(fs_store)
+    z = zarr.open_array(str(zp_store / "arr"), mode="r+")
+    os.sync()
+    start = time.perf_counter()
+    z[:] = data
+    zp_rate = mb / (time.perf_counter() - start)
+    start = time.perf_counter()
+    os.sync()
+    synced = time.perf_counter() - start
+    fs_text = f"{fs_rate:.1f} MiB/s" if fs_rate is not None else "failed"
+    print(
+        f"  rewrite: zarrfs dd {fs_text}; zarr-python z[:] = data {zp_rate:.1f} MiB/s "
+        f"(then os.sync() {synced:.2f} s, untimed)"
+    )
+    try:
+        check_sharded_store(zp_store, data, "zarr-python sharded rewrite")
+    finally:
+        shutil.rmtree(zp_store)
+    if fs_rate is None:
+        return []
+    return [versus("sharded write-seq", fs_rate, zp_rate, "MiB/s", SHARDED_TARGETS["write"])]
+
+
+def sharded(b: Bench) -> list[Result]:
+    rows = min(b.size_mb, SHARDED_MAX_MB) * MiB // (SHARDED_COLUMNS * 4)
+    data = sharded_data(rows, noise=0.01)
+    print(
+        f"  v3 float32 {data.shape} = {data.nbytes / MiB:.0f} MiB, inner chunks {INNER}, "
+        f"shards {SHARD}, {SHARDED_CODEC}: dd bs=1M on a fresh mount vs z[:], then the "
+        "rewrite dd conv=notrunc,fsync vs z[:] = data"
+    )
+    failures: list[str] = []
+    results = sharded_read(b, data, failures)
+    results += sharded_write(b, data, failures)
+    if failures:
+        raise BenchError("\n  ".join(failures), results)
+    return results
+
+
 SECTIONS: dict[str, Callable[[Bench], list[Result]]] = {
     "read-seq": read_seq,
     "read-npy": read_npy,
@@ -678,6 +877,7 @@ SECTIONS: dict[str, Callable[[Bench], list[Result]]] = {
     "readers": readers,
     "write-seq": write_seq,
     "write-random": write_random,
+    "sharded": sharded,
 }
 
 
@@ -694,6 +894,10 @@ def run(bench: Bench, names: list[str]) -> tuple[list[Result], dict[str, str]]:
         except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
             errors[name] = str(e)
             print(f"  ERROR: {e}", file=sys.stderr)
+            section = e.results if isinstance(e, BenchError) else []
+            for r in section:
+                print_result(r)
+            results += section
             continue
         for r in section:
             print_result(r)

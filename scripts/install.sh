@@ -7,7 +7,7 @@
 #     (attr), mount/umount/findmnt (util-linux, mount), dd/cat/ls/truncate/mkfifo
 #     (coreutils), od (coreutils);
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
-#     test extra (pytest, hypothesis, zarr, ruff).
+#     test extra (pytest, hypothesis, zarr, tensorstore, ruff).
 # Safe to run again: apt is skipped when nothing is missing, the venv is reused.
 # Run as root (or as a user with sudo) from any directory.
 set -euo pipefail

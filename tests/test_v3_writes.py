@@ -1,7 +1,8 @@
-"""Zarr v3 arrays (not sharded) written through a real mount, checked with zarr-python 3.
+"""Zarr v3 arrays (not sharded) written through a real mount, checked with zarr-python 3
+and tensorstore (tests/oracles.py: two independent readers).
 
 array.raw of a v3 array is little-endian whatever the ``bytes`` codec's endian; chunks
-written back keep the array's own codec chain, so zarr-python reads them.
+written back keep the array's own codec chain, so other Zarr readers read them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import zarr
 from zarr.codecs import BytesCodec, GzipCodec, TransposeCodec
 
 from tests.mounting import mounted, zarrfs_command
+from tests.oracles import assert_store_holds
 
 pytestmark = pytest.mark.mount
 
@@ -57,6 +59,7 @@ def test_pwrites_land_in_v3_chunks(tmp_path: Path, case: str, dtype: str) -> Non
     data = make(root, dtype, **CASES[case])
     model = bytearray(data.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
     rng = np.random.default_rng(5)
+    little = np.dtype(dtype).newbyteorder("<")
     with mounted(root) as m:
         raw = m / "array.raw"
         assert raw.read_bytes() == bytes(model)
@@ -73,14 +76,17 @@ def test_pwrites_land_in_v3_chunks(tmp_path: Path, case: str, dtype: str) -> Non
             os.pwrite(fd, bytes(row * CHUNKS[0]), 0)
             model[: row * CHUNKS[0]] = bytes(row * CHUNKS[0])
             os.fsync(fd)
+            # fsync: what was written is in the store, for any reader, while mounted
+            assert_store_holds(root, np.frombuffer(bytes(model), little).reshape(SHAPE))
         finally:
             os.close(fd)
         assert raw.read_bytes() == bytes(model)
         done = subprocess.run(zarrfs_command("umount", str(m.path)), capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     got = zarr.open_array(str(root), mode="r")[...]
-    want = np.frombuffer(bytes(model), dtype=np.dtype(dtype).newbyteorder("<")).reshape(SHAPE)
+    want = np.frombuffer(bytes(model), dtype=little).reshape(SHAPE)
     assert np.array_equal(got, want)
+    assert_store_holds(root, want)
     row_zero = root / "c" / "0"
     assert not (row_zero.exists() and any(row_zero.iterdir())), "all-fill chunks not deleted"
 
@@ -105,6 +111,7 @@ def test_appending_rows_rewrites_zarr_json_and_the_consolidated_entry(tmp_path: 
     assert np.array_equal(
         zarr.open_array(str(root / "x"), mode="r")[:4], np.arange(12).reshape(4, 3)
     )
+    assert_store_holds(root / "x", np.concatenate([np.arange(12, dtype="<i4").reshape(4, 3), more]))
 
 
 def test_np_save_onto_a_v3_array_npy(tmp_path: Path) -> None:
@@ -118,3 +125,4 @@ def test_np_save_onto_a_v3_array_npy(tmp_path: Path) -> None:
         np.save(m / "array.npy", new)
     z = zarr.open_array(str(root), mode="r")
     assert z.shape == new.shape and np.array_equal(z[...], new)
+    assert_store_holds(root, new)
