@@ -119,3 +119,50 @@ def test_directories_without_metadata_are_hidden(tmp_path: Path) -> None:
     assert list(tree.entries(tree.root)) == [".zgroup"]
     with pytest.raises(NotFoundError):
         tree.resolve("plain")
+
+
+V3_GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {"v": 3}}
+
+
+@pytest.mark.parametrize(
+    "older",
+    [
+        {".zgroup": {"zarr_format": 2}, ".zattrs": {"v": 2}},
+        {".zattrs": {"v": 2}},
+        {".zarray": v2_zarray([4], [2])},
+        {"meta": {"zarr_format": 1}, "attrs": {}},
+    ],
+    ids=["zgroup", "zattrs-only", "zarray", "v1"],
+)
+def test_zarr_json_beside_older_metadata_is_v3_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, older: dict[str, object]
+) -> None:
+    write_json(tmp_path / ".zgroup", {"zarr_format": 2})
+    write_json(tmp_path / "both" / "zarr.json", V3_GROUP)
+    for name, doc in older.items():
+        write_json(tmp_path / "both" / name, doc)
+    with caplog.at_level(logging.WARNING):
+        tree = make_tree(tmp_path)
+        node = tree.resolve("both")
+        assert isinstance(node, DirNode)
+        names = list(tree.entries(node))
+    assert node.meta.zarr_format == 3 and node.meta.attrs == {"v": 3}
+    assert names == ["zarr.json"]
+    lines = [r.getMessage() for r in caplog.records if "both" in r.getMessage()]
+    assert lines == [f"both also holds {', '.join(older)}; showing it as zarr.json"]
+
+
+def test_root_zarr_json_is_read_once_beside_older_root_metadata(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_json(tmp_path / "zarr.json", V3_GROUP)
+    write_json(tmp_path / ".zgroup", {"zarr_format": 2})
+    write_json(tmp_path / ".zmetadata", {"zarr_consolidated_format": 1, "metadata": {}})
+    with caplog.at_level(logging.WARNING):
+        tree = make_tree(tmp_path)
+    assert tree.root.meta.zarr_format == 3
+    assert list(tree.entries(tree.root)) == ["zarr.json"]  # no .zmetadata of the v2 layout
+    assert "/ also holds .zgroup; showing it as zarr.json" in caplog.text
+    store = tree.store
+    assert isinstance(store, CountingStore)
+    assert store.gets["zarr.json"] == 1 and ".zmetadata" not in store.gets

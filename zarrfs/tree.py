@@ -2,7 +2,10 @@
 
 Directories are classified by the metadata key they hold and listed lazily, on
 first use, so ``ls`` of one group reads only its children's metadata and never a
-chunk. Loading does store I/O and runs in worker threads; one lock serialises it.
+chunk; where the root holds consolidated metadata, it alone lists the hierarchy.
+Which keys to read and what they mean is formats/hierarchy.py's business: this
+module knows no format. Loading does store I/O and runs in worker threads; one lock
+serialises it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,8 @@ from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import InvalidValueError, MetadataError, NotFoundError, StoreError
-from zarrfs.formats import v2
-from zarrfs.formats.consolidated import Consolidated, parse_consolidated
-from zarrfs.formats.detect import CANDIDATE_KEYS, detect
-from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
+from zarrfs.formats import hierarchy
+from zarrfs.formats.hierarchy import Listing
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
@@ -74,40 +75,43 @@ class Tree:
         self.cache = cache
         self.writeback = writeback
         self._lock = threading.Lock()
-        # Set when the hierarchy is listed from .zmetadata alone (no per-node reads).
-        self.consolidated: Consolidated | None = None
+        # Set when the hierarchy is listed from consolidated metadata alone.
+        self.consolidated: Listing | None = None
         self._consolidated_mtime: float | None = None
-        # Read once: shown at the root, and (unless disabled) the source of the listing.
-        self._root_zmetadata = self._read_zmetadata()
-        if consolidated:
-            self._open_consolidated()
+        # The root keys read once (None: absent), and the document among them shown
+        # beside a root group's own (.zmetadata).
+        self._root_reads: dict[str, bytes | None] = {}
+        self._root_extra: dict[str, bytes] = {}
+        source = self._read_root()
+        if consolidated and source is not None:
+            self._open_consolidated(*source)
         self.root = self._load_root()
         if writeback is not None:
             writeback.root_documents = self.root.documents
 
     # -- loading (blocking: worker threads) -------------------------------------------
 
-    def _read_zmetadata(self) -> bytes | None:
-        try:
-            return self.store.get(v2.CONSOLIDATED_KEY, limit=MAX_CONSOLIDATED_BYTES)
-        except InvalidValueError as e:
-            log.warning("ignoring %s: %s", v2.CONSOLIDATED_KEY, e)
-            return None
+    def _read_root(self) -> tuple[str, bytes] | None:
+        """Read the root keys up to the first present one: (key, bytes), or None."""
+        for key in hierarchy.ROOT_KEYS:
+            try:
+                data = self.store.get(key, limit=hierarchy.ROOT_LIMIT)
+            except InvalidValueError as e:
+                if not hierarchy.shown_at_root(key):
+                    raise  # the root node's own document: the root is unusable
+                log.warning("ignoring %s: %s", key, e)
+                return None
+            self._root_reads[key] = data
+            if data is not None:
+                if hierarchy.shown_at_root(key):
+                    self._root_extra[key] = data
+                return key, data
+        return None
 
-    def _open_consolidated(self) -> None:
-        data = self._root_zmetadata
-        if data is None:
-            return
-        try:
-            self.consolidated = parse_consolidated(data)
-        except MetadataError as e:
-            log.warning("ignoring %s: %s; listing the store instead", v2.CONSOLIDATED_KEY, e)
-            return
-        if v2.GROUP_KEY not in self.consolidated.read("", (v2.GROUP_KEY,)):
-            log.warning("%s has no root group; listing the store instead", v2.CONSOLIDATED_KEY)
-            self.consolidated = None
-            return
-        self._consolidated_mtime = self.store.mtime(v2.CONSOLIDATED_KEY)
+    def _open_consolidated(self, key: str, data: bytes) -> None:
+        self.consolidated = hierarchy.open_listing(key, data)
+        if self.consolidated is not None:
+            self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
     def _load_root(self) -> DirNode:
         node = self._load_node("", "")
@@ -120,7 +124,10 @@ class Tree:
             return self.consolidated.read(path, names)
         docs = {}
         for name in names:
-            data = self.store.get(join_key(path, name), limit=MAX_DOCUMENT_BYTES)
+            if not path and name in self._root_reads:
+                data = self._root_reads[name]  # read once, with the root keys
+            else:
+                data = self.store.get(join_key(path, name), limit=hierarchy.NODE_LIMIT)
             if data is not None:
                 docs[name] = data
         return docs
@@ -132,7 +139,7 @@ class Tree:
         node is hidden with one log line and the rest of the tree stays usable.
         """
         try:
-            found = detect(path, self._read_docs(path, CANDIDATE_KEYS))
+            found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
         except (MetadataError, StoreError) as e:
             # A bad document, or one the store may not read (a symlink, a FIFO,
             # too large): the node is hidden, the rest of the tree stays usable.
@@ -150,8 +157,8 @@ class Tree:
                 ", ".join(found.ignored),
                 next(iter(docs)),
             )
-        if isinstance(meta, GroupMeta) and not path and self._root_zmetadata is not None:
-            docs[v2.CONSOLIDATED_KEY] = self._root_zmetadata
+        if isinstance(meta, GroupMeta) and not path:
+            docs.update(self._root_extra)
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         return DirNode(

@@ -1,35 +1,94 @@
-"""Consolidated metadata (``.zmetadata``, zarr-python's ``consolidate_metadata``), pure.
+"""Consolidated metadata, pure: one document describing the whole hierarchy.
 
-The document maps every metadata key of the hierarchy (``a/b/.zarray``, ...) to its
-parsed JSON. zarrfs lists the tree from it alone and shows each node's documents
-serialised again in the style of the writer that produced the file: zarr-python 2
-indents consolidated and plain documents by 4 with sorted keys, zarr-python 3 writes
-``.zmetadata`` on one line and plain documents indented by 2 in their own order.
-The consolidated entry is what zarr-python itself reads when it opens the group
-consolidated, so it is what the mount shows and rewrites.
+Two spellings, both written by ``zarr.consolidate_metadata``:
+
+* v2's ``.zmetadata`` maps every metadata key of the hierarchy (``a/b/.zarray``,
+  ...) to its parsed JSON;
+* v3 keeps it inside the root group's ``zarr.json``, as ``consolidated_metadata``
+  (``kind`` "inline", ``metadata`` mapping each node's path, ``a/b``, to its
+  ``zarr.json``). Not part of the v3 specification; zarr-python 3 and zarrita.js
+  write it.
+
+zarrfs lists the tree from it alone and shows each node's documents serialised
+again in the style of the writer that produced the file: zarr-python 2 indents
+consolidated and plain documents by 4 with sorted keys, zarr-python 3 writes
+``.zmetadata`` on one line and plain documents indented by 2 in their own order
+(its v3 ``zarr.json`` entries take the root document's indent). The consolidated
+entry is what zarr-python itself reads when it opens the group consolidated, so it
+is what the mount shows and rewrites.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from zarrfs.errors import MetadataError
-from zarrfs.formats.v2 import ARRAY_KEY, ATTRS_KEY, GROUP_KEY, load_json_object
+from zarrfs.formats.model import join_key
+from zarrfs.formats.v2 import ARRAY_KEY, ATTRS_KEY, CONSOLIDATED_KEY, GROUP_KEY, load_json_object
+from zarrfs.formats.v3 import ZARR_JSON
 
 NODE_DOCUMENTS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
+# Group entries carry zarr-python 3's own consolidated view of their subtree; the
+# documents it writes to the store do not (an empty one, or null), so it is dropped.
+NESTED_MEMBER = "consolidated_metadata"
+
+
+class Children(Mapping[str, tuple[str, ...]]):
+    """Node path → sorted names of its direct children, held as a tree of names.
+
+    A path of ``n`` components costs ``n`` entries, not its ``n`` prefixes as
+    strings: one key of a million ``a/a/a/...`` components would otherwise be
+    terabytes of prefixes.
+    """
+
+    def __init__(self) -> None:
+        self._root: dict[str, dict] = {}
+
+    def add(self, path: str) -> None:
+        """Record every step of ``path`` ("" is the root) as a child of the one before."""
+        node = self._root
+        for part in path.split("/") if path else ():
+            node = node.setdefault(part, {})
+
+    def _node(self, path: str) -> dict[str, dict] | None:
+        node: dict[str, dict] | None = self._root
+        for part in path.split("/") if path else ():
+            node = node.get(part) if node is not None else None
+        return node
+
+    def __getitem__(self, path: str) -> tuple[str, ...]:
+        node = self._node(path)
+        if not node:
+            raise KeyError(path)
+        return tuple(sorted(node))
+
+    def __iter__(self) -> Iterator[str]:
+        stack: list[tuple[str, dict[str, dict]]] = [("", self._root)]
+        while stack:
+            path, node = stack.pop()
+            if node:
+                yield path
+                stack.extend((f"{path}/{n}" if path else n, child) for n, child in node.items())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"Children({dict(self)!r})"
 
 
 @dataclass(frozen=True)
 class Consolidated:
-    """The hierarchy as ``.zmetadata`` describes it."""
+    """The hierarchy as one consolidated document describes it."""
 
     documents: dict[str, bytes]  # store key → document bytes as shown
-    children: dict[str, tuple[str, ...]]  # node path → names of its direct children
-    indent: int
+    children: Children = field(repr=False)  # node path → names of its direct children
+    indent: int | None
     sort_keys: bool
+    key: str = CONSOLIDATED_KEY  # the root key holding it (its mtime is every node's)
 
     def read(self, path: str, names: Iterable[str]) -> dict[str, bytes]:
         """The documents ``names`` of node ``path`` that the file holds."""
@@ -80,7 +139,7 @@ def parse_consolidated(data: bytes) -> Consolidated:
         raise MetadataError(".zmetadata: 'metadata' is not a JSON object")
     _, indent, sort_keys = _style(data)
     documents: dict[str, bytes] = {}
-    children: dict[str, set[str]] = {}
+    children = Children()
     for key, value in entries.items():
         path, _, name = key.rpartition("/")
         if name not in NODE_DOCUMENTS or any(p in ("", ".", "..") for p in key.split("/")[:-1]):
@@ -88,16 +147,78 @@ def parse_consolidated(data: bytes) -> Consolidated:
         if not isinstance(value, dict):
             raise MetadataError(f".zmetadata: entry {key!r} is not a JSON object")
         if name == GROUP_KEY:
-            # zarr-python 3 nests its own consolidated view into group entries;
-            # the .zgroup it writes to the store does not have it.
-            value = {k: v for k, v in value.items() if k != "consolidated_metadata"}
+            value = {k: v for k, v in value.items() if k != NESTED_MEMBER}
         documents[key] = dump_document(value, indent, sort_keys)
-        parts = path.split("/") if path else []
-        for depth, part in enumerate(parts):
-            children.setdefault("/".join(parts[:depth]), set()).add(part)
+        children.add(path)
     return Consolidated(
         documents=documents,
-        children={p: tuple(sorted(names)) for p, names in children.items()},
+        children=children,
         indent=indent,
         sort_keys=sort_keys,
     )
+
+
+def open_v2(data: bytes) -> Consolidated:
+    """The listing of a root ``.zmetadata``; MetadataError when it is unusable (not
+    consolidated metadata, or without the root group it describes)."""
+    listing = parse_consolidated(data)
+    if GROUP_KEY not in listing.read("", (GROUP_KEY,)):
+        raise MetadataError(f"{CONSOLIDATED_KEY} has no root group")
+    return listing
+
+
+def parse_v3_consolidated(data: bytes) -> Consolidated | None:
+    """The listing inside a root ``zarr.json``: None when it has none (no
+    ``consolidated_metadata`` member, or null), MetadataError when it is unusable.
+
+    The root's own document is part of it, as stored; each entry is shown as its
+    node's ``zarr.json``, serialised in the root document's indent and key order.
+    """
+    where = f"{ZARR_JSON} consolidated_metadata"
+    doc = load_json_object(data, ZARR_JSON)
+    member = doc.get(NESTED_MEMBER)
+    if member is None:
+        return None
+    if doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+        raise MetadataError(f"{where}: the root is no Zarr v3 group")
+    if not isinstance(member, dict):
+        raise MetadataError(f"{where} is not a JSON object")
+    if member.get("kind") != "inline":
+        raise MetadataError(f"{where}: kind is {member.get('kind')!r}, expected 'inline'")
+    entries = member.get("metadata")
+    if not isinstance(entries, dict):
+        raise MetadataError(f"{where}: 'metadata' is not a JSON object")
+    indent = _indent(data)
+    documents: dict[str, bytes] = {ZARR_JSON: data}
+    children = Children()
+    for path, value in entries.items():
+        if not _safe(path):
+            continue  # the root itself, or an unsafe path: not shown
+        if not isinstance(value, dict):
+            raise MetadataError(f"{where}: entry {path!r} is not a JSON object")
+        if value.get("node_type") == "group":
+            value = {k: v for k, v in value.items() if k != NESTED_MEMBER}
+        documents[join_key(path, ZARR_JSON)] = dump_document(value, indent, False)
+        children.add(path)
+    return Consolidated(
+        documents=documents,
+        children=children,
+        indent=indent,
+        sort_keys=False,
+        key=ZARR_JSON,
+    )
+
+
+def _safe(path: str) -> bool:
+    """A relative node path of plain names ("a/b"): not the root, nothing that walks
+    elsewhere."""
+    return all(p not in ("", ".", "..") for p in path.split("/"))
+
+
+def _indent(document: bytes) -> int | None:
+    """The indent of a JSON document: its second line's, None when it is one line."""
+    lines = document.lstrip().split(b"\n", 2)
+    if len(lines) < 2:
+        return None
+    second = lines[1]
+    return (len(second) - len(second.lstrip(b" "))) or None

@@ -2,8 +2,9 @@
 
 Pure: the caller reads the keys in ``CANDIDATE_KEYS`` (missing ones left out) and
 gets back the parsed node and the documents to show. Where documents of several
-layouts coexist, the newest layout wins and the others are named in the result so
-the caller can log them.
+layouts coexist, the newest layout wins (``zarr.json`` over ``.zarray``/``.zgroup``/
+``.zattrs`` and the v1 and pre-v1 documents, as zarr-python 3 prefers it) and every
+other document found is named in the result, so the caller can log them in one line.
 """
 
 from __future__ import annotations
@@ -55,4 +56,5 @@ def detect(path: str, docs: dict[str, bytes]) -> Detected | None:
     meta_key, attrs_key, parse = present[0]
     meta = parse(path, docs[meta_key], docs.get(attrs_key))
     shown = {name: docs[name] for name in (meta_key, attrs_key) if name in docs}
-    return Detected(meta, shown, tuple(layout[0] for layout in present[1:]))
+    ignored = tuple(key for key in CANDIDATE_KEYS if key in docs and key not in shown)
+    return Detected(meta, shown, ignored)

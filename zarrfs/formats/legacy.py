@@ -16,7 +16,7 @@ from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs import CodecPipeline
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta, chunk_key_parser, join_key
-from zarrfs.formats.v2 import parse_array_document, parse_attrs, parse_order
+from zarrfs.formats.v2 import codec_json, parse_array_document, parse_attrs, parse_order
 
 V0_META_KEY = "__zmeta__"
 V0_ATTRS_KEY = "__zattr__"
@@ -84,7 +84,12 @@ def v1_compressor(name: Any, opts: Any) -> dict[str, Any] | None:
 def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         _require(doc, "fill_value")
-        return {"codecs": CodecPipeline(_blosc_config(doc), []), "order": "C"}
+        compressor = _blosc_config(doc)
+        return {
+            "codecs": CodecPipeline(compressor, []),
+            "codec_json": codec_json(compressor, []),
+            "order": "C",
+        }
 
     fields = parse_array_document(path, V0_META_KEY, zmeta, build)
     return ArrayMeta(
@@ -106,7 +111,11 @@ def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
             raise MetadataError(f"zarr_format is {doc.get('zarr_format')!r}, expected 1")
         _require(doc, "fill_value", "order")
         compressor = v1_compressor(doc["compression"], doc["compression_opts"])
-        return {"codecs": CodecPipeline(compressor, []), "order": parse_order(doc)}
+        return {
+            "codecs": CodecPipeline(compressor, []),
+            "codec_json": codec_json(compressor, []),
+            "order": parse_order(doc),
+        }
 
     fields = parse_array_document(path, V1_META_KEY, meta, build)
     return ArrayMeta(

@@ -148,6 +148,12 @@ def nczarr_dimensions(doc: dict[str, Any]) -> list[str] | None:
     return None
 
 
+def codec_json(compressor: dict[str, Any] | None, filters: list[Any]) -> dict[str, Any]:
+    """ArrayMeta.codec_json of the v2-style layouts: ``compressor`` and ``filters``
+    as ``.zarray`` spells them (no filters: null)."""
+    return {"compressor": compressor, "filters": list(filters) or None}
+
+
 def parse_order(doc: dict[str, Any]) -> str:
     order = doc.get("order", "C")
     if order not in ("C", "F"):
@@ -181,6 +187,7 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
         return {
             "order": parse_order(doc),
             "codecs": CodecPipeline(compressor, filters),
+            "codec_json": codec_json(compressor, filters),
             "separator": separator,
             "nczarr": nczarr_dimensions(doc),
         }

@@ -5,6 +5,11 @@ Its size must be known to ``stat`` and ``ls -l`` without touching the store, yet
 fixed by the metadata alone (counts are padded to the width of their maximum, byte
 counts to 20 digits), and the listing happens only when the file is read from
 its start. Handles use direct I/O, so each ``cat`` sees a fresh summary.
+
+Format-agnostic: the codecs are the document's own fields (v2: "Filters" and
+"Compressor"; v3: "Codecs"), a v3 data type is shown as written with its numpy
+form, and a sharded array adds its shard shape ("Chunk shape" is then the inner
+chunk shape) and how many shards are stored.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ import trio
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.reading import Buffer
+from zarrfs.formats.describe import numpy_dtype
 from zarrfs.formats.layout import grid_shape
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View
-from zarrfs.views.xattrs import fill_text
+from zarrfs.views.xattrs import codec_fields, fill_text, json_text
 
 INFO_NAME = "info"
 _BYTES_WIDTH = 20  # 2**64 has 20 digits
@@ -35,8 +41,9 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 class Stored:
     """What the store holds of an array (from a listing)."""
 
-    chunks: int  # distinct chunks inside the current grid
-    nbytes: int  # their bytes plus the metadata documents'
+    chunks: int  # distinct chunks inside the current grid (sharded: in stored shards)
+    nbytes: int  # their bytes (sharded: the shards') plus the metadata documents'
+    shards: int = 0  # sharded arrays: distinct shards inside the shard grid
 
 
 def human(nbytes: int) -> str:
@@ -55,19 +62,55 @@ def _dtype_text(dtype: np.dtype) -> str:
     return f"{dtype.str} ({dtype.name})"
 
 
-def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) -> Stored:
-    """Count the chunk keys among ``keys`` (store keys with sizes) that the grid holds."""
+def data_type_text(meta: ArrayMeta) -> str:
+    """The numpy dtype; for a v3 array its data type as written, then the numpy form."""
+    dtype = numpy_dtype(meta)
+    if meta.data_type_json is None:
+        return _dtype_text(meta.dtype)
+    name = meta.data_type_json
+    text = name if isinstance(name, str) else json_text(name, ascii=True)
+    if dtype is None:
+        return f"{text} (no fixed-size numpy type)"
+    numpy = json_text(dtype.descr, ascii=True) if dtype.fields is not None else dtype.str
+    return f"{text} (numpy {numpy})"
+
+
+def _codec_rows(meta: ArrayMeta) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (name[:1].upper() + name[1:], text) for name, text in codec_fields(meta, ascii=True)
+    )
+
+
+def _shard_grid(meta: ArrayMeta) -> tuple[int, ...]:
+    assert meta.shards is not None
+    return grid_shape(meta.shape, meta.shards.shard_shape)
+
+
+def _chunks_in_shard(meta: ArrayMeta, shard: tuple[int, ...]) -> int:
+    """How many inner chunks of ``shard`` lie inside the array (edge shards overhang)."""
+    assert meta.shards is not None
+    per_shard = [s // c for s, c in zip(meta.shards.shard_shape, meta.chunks)]
     grid = grid_shape(meta.shape, meta.chunks)
+    return math.prod(max(0, min((i + 1) * n, g) - i * n) for i, n, g in zip(shard, per_shard, grid))
+
+
+def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) -> Stored:
+    """Count the stored values among ``keys`` (store keys with sizes) that the grid
+    holds: chunks, or the shards of a sharded array (and the chunks inside them)."""
+    grid = grid_shape(meta.shape, meta.chunks) if meta.shards is None else _shard_grid(meta)
     found: set[tuple[int, ...]] = set()
     nbytes = documents
     for key, size in keys:
-        index = meta.chunk_index(key)
+        index = meta.stored_unit(key)
         if index is None or index in found:
             continue
         if all(i < g for i, g in zip(index, grid)):
             found.add(index)
             nbytes += size
-    return Stored(len(found), nbytes)
+    if meta.shards is None:
+        return Stored(len(found), nbytes)
+    chunks = sum(_chunks_in_shard(meta, shard) for shard in found)
+    return Stored(chunks, nbytes, shards=len(found))
 
 
 def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
@@ -81,16 +124,24 @@ def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
         ("Name", f"/{meta.path}"),
         ("Zarr format", str(meta.zarr_format)),
         ("Shape", str(tuple(meta.shape))),
+    ]
+    if meta.shards is not None:
+        rows.append(("Shard shape", str(tuple(meta.shards.shard_shape))))
+    rows += [
         ("Chunk shape", str(tuple(meta.chunks))),
-        ("Data type", _dtype_text(meta.dtype)),
+        ("Data type", data_type_text(meta)),
         ("Order", meta.order),
         ("Fill value", fill_text(meta)),
-        ("Filters", json.dumps(meta.codecs.filter_configs or None)),
-        ("Compressor", json.dumps(meta.codecs.compressor_config)),
+        *_codec_rows(meta),
         ("Dimension names", ", ".join(str(d) for d in dims) if dims else "-"),
         ("No. bytes", f"{meta.nbytes} ({human(meta.nbytes).strip()})"),
         ("No. bytes stored", f"{stored.nbytes:>{_BYTES_WIDTH}} ({human(stored.nbytes)})"),
         ("Storage ratio", f"{ratio:>10.3g}"),
+    ]
+    if meta.shards is not None:
+        shards = math.prod(_shard_grid(meta))
+        rows.append(("Shards initialized", f"{stored.shards:>{len(str(shards))}}/{shards}"))
+    rows += [
         ("Chunks initialized", f"{stored.chunks:>{width}}/{total}"),
         ("Chunks not stored", f"{dirty:>{width}}"),
     ]
@@ -108,10 +159,12 @@ def info_size(meta: ArrayMeta) -> int:
         meta.zarr_format,
         meta.shape,
         meta.chunks,
+        meta.shards.shard_shape if meta.shards is not None else None,
         meta.dtype,
+        data_type_text(meta),
         meta.order,
         meta.fill_value,
-        meta.codecs,  # by identity (kept alive here): one per distinct .zarray text
+        _codec_rows(meta),
         meta.dimension_names,
     )
     size = _SIZES.get(key)

@@ -1,0 +1,67 @@
+"""The hierarchy as the tree sees it: the one entry point of formats/ for listing (pure).
+
+tree.py knows no format. What it asks, it asks here:
+
+* ``ROOT_KEYS``: the keys to read once at the store root, in this order, until one
+  exists: where consolidated metadata may live. The newest layout present decides,
+  as it does for the root node itself (zarr-python 3 also prefers ``zarr.json``):
+  v3 keeps it inside the root ``zarr.json``, v2 in ``.zmetadata``. Each may be as
+  large as ``ROOT_LIMIT``.
+* ``open_listing(key, data)``: the consolidated listing that root document holds
+  (every node's documents and the names below each node), or ``None``: then the
+  store itself is listed (with one log line when the document was unusable).
+* ``shown_at_root(key)``: whether that document is shown in a root group beside
+  the group's own documents (``.zmetadata``), or is one of them (``zarr.json``).
+* ``NODE_KEYS`` and ``node_at(path, documents)``: which keys of a store directory
+  may make it a node (each up to ``NODE_LIMIT``), and the node they make.
+
+A new format is added by its own module and an entry in detect.py's ``LAYOUTS``
+(and here, if it has consolidated metadata); tree.py does not change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from zarrfs.errors import MetadataError
+from zarrfs.formats import consolidated, detect, v2, v3
+from zarrfs.formats.consolidated import Consolidated
+from zarrfs.formats.detect import Detected
+from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
+
+log = logging.getLogger(__name__)
+
+Listing = Consolidated  # what the tree holds while it lists from one document
+
+# Root key → its consolidated listing (None: it holds none), newest layout first.
+_LISTINGS: dict[str, Callable[[bytes], Consolidated | None]] = {
+    v3.ZARR_JSON: consolidated.parse_v3_consolidated,
+    v2.CONSOLIDATED_KEY: consolidated.open_v2,
+}
+
+ROOT_KEYS: tuple[str, ...] = tuple(_LISTINGS)
+ROOT_LIMIT = MAX_CONSOLIDATED_BYTES
+NODE_KEYS: tuple[str, ...] = detect.CANDIDATE_KEYS
+NODE_LIMIT = MAX_DOCUMENT_BYTES
+
+
+def open_listing(key: str, data: bytes) -> Listing | None:
+    """The hierarchy as the root document ``key`` lists it; ``None`` when it lists
+    nothing, or (logged once) when it is unusable: the store is listed instead."""
+    try:
+        return _LISTINGS[key](data)
+    except MetadataError as e:
+        log.warning("ignoring the consolidated metadata: %s; listing the store instead", e)
+        return None
+
+
+def shown_at_root(key: str) -> bool:
+    """Whether the root document ``key`` is shown beside a root group's own documents."""
+    return key not in NODE_KEYS
+
+
+def node_at(path: str, documents: dict[str, bytes]) -> Detected | None:
+    """The node the documents found in store directory ``path`` make (``None``: no
+    node); MetadataError when its metadata is invalid."""
+    return detect.detect(path, documents)
