@@ -5,6 +5,7 @@ whole shards, and bad shards failing one read each."""
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +13,19 @@ import numpy as np
 import pytest
 import trio
 import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.staging import stage_unit
 from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import ChunkError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.shards import ENTRY_NBYTES, index_nbytes
 from zarrfs.formats.v3 import parse_node
+from zarrfs.stores.directory import DirectoryStore
 
 SHAPE, INNER, SHARD = (64, 48), (8, 12), (32, 24)  # 4 shards of 8 inner chunks
 INDEX = index_nbytes(8, True)
@@ -296,3 +301,61 @@ def test_a_bad_shard_fails_its_reads_with_one_log_line(
     assert len(lines) == 1, [r.getMessage() for r in lines]
     if how == "inner":
         assert "inner chunk (0, 0)" in lines[0].getMessage()
+
+
+# -- property: a shard rewrite keeps exactly what it should ---------------------------
+
+
+def _meta_for(root: Path) -> ArrayMeta:
+    meta = parse_node("", (root / "zarr.json").read_bytes())
+    assert isinstance(meta, ArrayMeta)
+    return meta
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stored=st.lists(st.booleans(), min_size=8, max_size=8),
+    written=st.dictionaries(st.integers(0, 7), st.sampled_from(["fill", "data"]), max_size=8),
+    dropped=st.sets(st.integers(0, 7)),
+    location=st.sampled_from(["start", "end"]),
+)
+def test_stage_shard_merges_written_kept_and_dropped_inner_chunks(
+    stored: list[bool], written: dict[int, str], dropped: set[int], location: str
+) -> None:
+    """Inner chunks written replace the stored ones (fill ones are left out),
+    dropped ones go, the others are copied byte for byte; nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data = np.full(SHAPE, -1, "<i4")
+        grid = (SHARD[0] // INNER[0], SHARD[1] // INNER[1])
+        boxes = [
+            np.s_[r * INNER[0] : (r + 1) * INNER[0], c * INNER[1] : (c + 1) * INNER[1]]
+            for r in range(grid[0])
+            for c in range(grid[1])
+        ]
+        for position, present in enumerate(stored):
+            if present:
+                data[boxes[position]] = position + 1
+        make_array(root, data=data, shards={"shape": SHARD, "index_location": location})
+        meta = _meta_for(root)
+        store = DirectoryStore(str(root))
+        assert meta.shards is not None
+        chunks = {}
+        want = data.copy()
+        for position, what in written.items():
+            inner = meta.shards.geometry.inner_index((0, 0), position)
+            value = -1 if what == "fill" else 100 + position
+            chunks[inner] = np.full(INNER, value, "<i4")
+            want[boxes[position]] = value
+        for position in dropped - set(written):
+            want[boxes[position]] = -1
+        staged, index = stage_unit(store, meta, (0, 0), chunks, dropped)
+        if staged is not None:
+            store.commit([staged])
+        assert np.array_equal(oracle(root)[: SHARD[0], : SHARD[1]], want[: SHARD[0], : SHARD[1]])
+        present = [bool((want[box] != -1).any()) for box in boxes]
+        if not any(present):
+            assert staged is None and index is None
+            assert not (root / "c" / "0" / "0").exists()
+        else:
+            assert index is not None and list(index.present) == present

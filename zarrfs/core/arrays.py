@@ -162,9 +162,15 @@ class ArrayState(ArrayReads):
         self.cache.forget(meta.path, index)
         return dirty
 
-    def _scatter(self, plan: RangePlan, buf: np.ndarray) -> None:
-        """Copy an element buffer (void dtype) into the dirty chunks the plan names."""
+    def _scatter(self, plan: RangePlan, buf: np.ndarray, *, streaming: bool = False) -> None:
+        """Copy an element buffer (void dtype) into the dirty chunks the plan names.
+
+        ``streaming``: the write continues the previous one; units it has finished
+        (every chunk complete, the stream past the last one's end) are stored
+        behind it, as ``_write_runs`` does for chunks that are runs of array.raw.
+        """
         meta = self.meta
+        finished = []
         for index, pieces in plan.chunks.items():
             dirty = self.dirty.get(index)
             if dirty is None:
@@ -176,8 +182,33 @@ class ArrayState(ArrayReads):
                 target[piece.chunk_selection] = box[piece.box_selection]
                 if dirty.mask is not None:
                     dirty.mask[piece.chunk_selection] = True
-            if dirty.mask is not None and dirty.mask.all():
+            # A chunk is rarely complete before its last element is written: that
+            # one is checked first, not the whole mask on every write.
+            mask = dirty.mask
+            if mask is not None and mask.reshape(-1, order="A")[-1] and mask.all():
                 dirty.mask = None
+            if streaming and dirty.mask is None and self._passed(index, plan.elem_stop):
+                finished.append(index)
+        for index in finished:
+            if self._unit_complete(index):
+                assert self.writeback is not None
+                self.writeback.behind(self, index)
+
+    def _passed(self, index: Index, elem_stop: int) -> bool:
+        """A C-order stream that has written up to ``elem_stop`` is past the chunk."""
+        shape, chunks = self.meta.shape, self.meta.chunks
+        last = 0
+        for i, c, n in zip(index, chunks, shape):
+            last = last * n + min((i + 1) * c, n) - 1
+        return elem_stop > last
+
+    def _unit_complete(self, index: Index) -> bool:
+        """Every chunk of the unit holding ``index`` is dirty and complete."""
+        meta = self.meta
+        if meta.shards is None:
+            return True
+        members = meta.unit_members(meta.unit_of(index))
+        return all(m in self.dirty and self.dirty[m].mask is None for m in members)
 
     def _write_runs(self, chunk_nbytes: int, offset: int, data: bytes | memoryview) -> None:
         """The fast path: whole elements into chunks that are runs of array.raw, one
@@ -255,6 +286,8 @@ class ArrayState(ArrayReads):
         plan = plan_range(meta.shape, meta.chunks, meta.itemsize, offset, len(data))
         if plan.nbytes == 0:
             return
+        streaming = offset == self._write_end and self.writeback is not None
+        self._write_end = offset + len(data)
         void = _void(meta)
         itemsize = meta.itemsize
         buf = np.empty(plan.n_elements, dtype=void)
@@ -276,7 +309,7 @@ class ArrayState(ArrayReads):
                 raw[-itemsize:] = self._element(edges[1])
                 break
         raw[head:end] = np.frombuffer(data, np.uint8)
-        self._scatter(plan, buf)
+        self._scatter(plan, buf, streaming=streaming)
 
     def _locate(self, element: int) -> tuple[Index, Index]:
         """(chunk index, position inside the chunk) of a C-order element number."""

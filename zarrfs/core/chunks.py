@@ -365,7 +365,7 @@ class ChunkCache:
         if out is None and meta.codecs.decodes_into:
             out = np.empty(meta.chunk_nbytes, dtype=np.uint8)
         try:
-            arr = meta.codecs.decode(data, meta.dtype, meta.chunks, meta.order, out)
+            arr = meta.codecs.decode(data, None, out)
         except ZarrfsError:
             raise
         except Exception as e:

@@ -16,7 +16,13 @@ import numpy as np
 import trio
 
 from zarrfs.errors import ZarrfsError
-from zarrfs.formats.layout import Index, contiguous_chunk_nbytes, contiguous_runs, plan_range
+from zarrfs.formats.layout import (
+    Index,
+    RangePlan,
+    contiguous_chunk_nbytes,
+    contiguous_runs,
+    plan_range,
+)
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
@@ -44,7 +50,6 @@ async def read_array_bytes(cache: ChunkSource, meta: ArrayMeta, offset: int, siz
     plan = plan_range(meta.shape, meta.chunks, meta.itemsize, offset, size)
     if plan.nbytes == 0:
         return b""
-    void = np.dtype((np.void, meta.itemsize))
     chunks: dict[Index, np.ndarray | None] = {}
     errors: list[ZarrfsError] = []
 
@@ -62,7 +67,15 @@ async def read_array_bytes(cache: ChunkSource, meta: ArrayMeta, offset: int, siz
                 nursery.start_soon(fetch, index)
     if errors:
         raise errors[0]
+    return bytes(assemble(meta, plan, chunks))
 
+
+def assemble(
+    meta: ArrayMeta, plan: RangePlan, chunks: Mapping[Index, np.ndarray | None]
+) -> memoryview:
+    """The plan's bytes from its chunks (None: fill value), in a fresh buffer of
+    their own (no copy to return them); no await, so atomic."""
+    void = np.dtype((np.void, meta.itemsize))
     buf = np.empty(plan.n_elements, dtype=void)
     fill = np.frombuffer(meta.fill_bytes, dtype=void)[0]
     for index, pieces in plan.chunks.items():
@@ -72,8 +85,8 @@ async def read_array_bytes(cache: ChunkSource, meta: ArrayMeta, offset: int, siz
             count = math.prod(piece.box_shape)
             box = buf[piece.box_start : piece.box_start + count].reshape(piece.box_shape)
             box[piece.box_selection] = fill if source is None else source[piece.chunk_selection]
-    flat = buf.view(np.uint8)
-    return flat[plan.byte_offset : plan.byte_offset + plan.nbytes].tobytes()
+    flat = memoryview(buf.view(np.uint8))
+    return flat[plan.byte_offset : plan.byte_offset + plan.nbytes]
 
 
 class ArrayReads:
@@ -103,11 +116,22 @@ class ArrayReads:
             if run is not None:
                 out = await self._read_runs(run, offset, length)
             else:
-                out = await read_array_bytes(self, meta, offset, length)
+                out = await self._read_planned(offset, length)
         if offset + size > stored and self.tail:
             start = max(offset - stored, 0)
             out = bytes(out) + bytes(self.tail[start : offset + size - stored])
         return out
+
+    async def _read_planned(self, offset: int, length: int) -> Buffer:
+        """Any layout: the chunks the range touches, fetched concurrently unless all
+        are at hand (a sequential reader's usual case: no tasks to start)."""
+        meta = self.meta
+        plan = plan_range(meta.shape, meta.chunks, meta.itemsize, offset, length)
+        if plan.nbytes == 0:
+            return b""
+        indices = list(plan.chunks)
+        chunks = await self._get_many(indices)
+        return assemble(meta, plan, dict(zip(indices, chunks)))
 
     async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
         """The fast path: chunks are runs of array.raw, served as slices of their bytes."""

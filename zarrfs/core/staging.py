@@ -22,10 +22,10 @@ from zarrfs.formats.model import ArrayMeta, ShardLayout, join_key
 from zarrfs.formats.shards import (
     ShardIndex,
     ShardIndexError,
-    build_shard,
     decode_index,
     index_range,
     inner_range,
+    shard_parts,
 )
 from zarrfs.stores.base import RANGE_LIMIT, Store
 
@@ -83,7 +83,7 @@ def stage_chunk(store: Store, meta: ArrayMeta, index: Index, chunk: np.ndarray) 
         delete_chunk(store, meta, index)
         return None
     try:
-        data = meta.codecs.encode(chunk.reshape(-1, order=meta.order))
+        data = meta.codecs.encode(chunk)
     except Exception as e:
         raise ChunkError(meta.display_name, keys[0], f"cannot encode: {e}") from e
     return store.stage(keys[0], data)
@@ -148,27 +148,19 @@ def stage_shard(
         if is_fill(chunk, meta):
             continue
         try:
-            encoded[position] = meta.codecs.encode(chunk.reshape(-1))
+            encoded[position] = meta.codecs.encode(chunk)
         except Exception as e:
             raise ChunkError(
                 meta.display_name, key, f"cannot encode inner chunk {inner}: {e}"
             ) from e
     if kept:
         _copy_kept(store, meta, layout, key, kept, encoded)
-    value = build_shard(encoded, layout.checksum, layout.location, endian=layout.endian)
-    if value is None:
+    built = shard_parts(encoded, layout.checksum, layout.location, endian=layout.endian)
+    if built is None:
         store.delete(key, durable=False)
         return None, None
-    start, length = index_range(len(value), len(encoded), layout.checksum, layout.location)
-    index = decode_index(
-        value[start : start + length],
-        len(encoded),
-        layout.checksum,
-        len(value),
-        layout.location,
-        endian=layout.endian,
-    )
-    return store.stage(key, value), index
+    parts, index = built
+    return store.stage(key, parts), index
 
 
 def _copy_kept(

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from zarrfs.formats.chain import CodecChain
 from zarrfs.formats.codecs import CodecPipeline
 from zarrfs.formats.layout import Index, chunk_count
 from zarrfs.formats.shards import ShardGeometry
@@ -52,7 +53,8 @@ class ArrayMeta:
     dtype: np.dtype
     order: str
     fill_value: bytes | None
-    codecs: CodecPipeline
+    # Given as a v2-style pipeline, it is made its chain for this chunk geometry.
+    codecs: CodecChain
     chunk_keys: Callable[[Index], list[str]]
     documents: tuple[str, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -68,6 +70,11 @@ class ArrayMeta:
     # and "filters"; v3: "codecs"), JSON-able.
     data_type_json: Any = None
     codec_json: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.codecs, CodecPipeline):
+            chain = self.codecs.chain(self.dtype, self.chunks, self.order)
+            object.__setattr__(self, "codecs", chain)
 
     @property
     def itemsize(self) -> int:

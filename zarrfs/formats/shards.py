@@ -355,6 +355,15 @@ def build_shard(
     ``None`` when no inner chunk is stored: the shard is then deleted rather than
     written, as zarr-python does.
     """
+    parts = shard_parts(chunks, checksum, location, endian=endian)
+    return None if parts is None else b"".join(parts[0])
+
+
+def shard_parts(
+    chunks: list[bytes | None], checksum: bool, location: str = "end", *, endian: str = "little"
+) -> tuple[list[bytes], ShardIndex] | None:
+    """``build_shard`` as the pieces to write one after the other (no copy of the
+    chunks into one buffer), with the index they make; None when none is stored."""
     _check_location(location)
     n_inner = check_n_inner(len(chunks))
     if all(c is None for c in chunks):
@@ -367,9 +376,10 @@ def build_shard(
         if chunk is not None:
             entries[position] = (offset, len(chunk))
             offset += len(chunk)
-    body = b"".join(c for c in chunks if c is not None)
-    index = encode_index(ShardIndex(entries), checksum, endian=endian)
-    return index + body if location == "start" else body + index
+    body = [c for c in chunks if c is not None]
+    index = ShardIndex(entries)
+    encoded = encode_index(index, checksum, endian=endian)
+    return ([encoded, *body] if location == "start" else [*body, encoded]), index
 
 
 def split_shard(

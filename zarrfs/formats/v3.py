@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from zarrfs.errors import MetadataError
+from zarrfs.formats.chain import CodecChain, undecodable
 from zarrfs.formats.dtypes import check_geometry, parse_shape
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import (
@@ -30,7 +31,7 @@ from zarrfs.formats.model import (
 )
 from zarrfs.formats.shards import ShardGeometry
 from zarrfs.formats.v2 import flat_file_problem, load_json_object
-from zarrfs.formats.v3_codecs import V3CodecChain, parse_codecs
+from zarrfs.formats.v3_codecs import parse_codecs
 from zarrfs.formats.v3_dtypes import decode_fill_value, parse_data_type
 from zarrfs.formats.v3_sharding import ranged, with_sharding
 
@@ -48,44 +49,6 @@ _KNOWN_ARRAY_KEYS = {
     "dimension_names",
     "storage_transformers",
 }
-
-
-class V3Codecs:
-    """The v3 chain behind the interface the chunk cache and write-back use (the
-    v2 ``CodecPipeline``'s): decode a stored chunk, encode one, describe it."""
-
-    decodes_into = False  # the chain returns its own array
-
-    def __init__(
-        self, codecs: list[Any], chain: V3CodecChain | None, chunk_shape: tuple[int, ...]
-    ) -> None:
-        self.codecs = codecs
-        self.chain = chain
-        self.chunk_shape = chunk_shape
-        # info and xattrs show v2's filters and compressor: here, the codec list
-        self.compressor_config: Any = codecs
-        self.filter_configs: list[Any] = []
-
-    def describe(self) -> str:
-        return self.chain.describe() if self.chain is not None else json.dumps(self.codecs)
-
-    def decode(
-        self,
-        data: bytes,
-        dtype: np.dtype,
-        shape: tuple[int, ...],
-        order: str,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        if self.chain is None:
-            raise ValueError("this array's chunks cannot be decoded")
-        return self.chain.decode(data, shape)
-
-    def encode(self, chunk: np.ndarray) -> bytes:
-        if self.chain is None:
-            raise ValueError("this array's chunks cannot be encoded")
-        # write-back hands over the chunk flattened in C order (v2 codecs take it so)
-        return self.chain.encode(np.ascontiguousarray(chunk).reshape(self.chunk_shape))
 
 
 def parse_node(path: str, document: bytes, _attrs: bytes | None = None) -> NodeMeta:
@@ -135,13 +98,11 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
     chain = None
     fill = None
     shards = None
-    codec_list = codecs if isinstance(codecs, list) else []
-    coded = V3Codecs(codec_list, None, chunks)
+    coded = undecodable(dtype, chunks, unsupported or "")
     if unsupported is None:
         chain = parse_codecs(codecs, dtype, chunks)
         fill = decode_fill_value(doc["fill_value"], v3type, endian=_stored_endian(chain, doc))
-        chain = with_sharding(chain, fill)
-        coded = V3Codecs(codec_list, chain, chunks)
+        chain = coded = with_sharding(chain, fill)
         shard_codec = ranged(chain)
         if shard_codec is not None:
             # Inner chunks are the unit of reads and writes; shards are what is stored.
@@ -157,7 +118,7 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
             )
             unsupported = flat_file_problem(inner, dtype)
             chunks = inner
-            coded = V3Codecs(list(config.codecs), shard_codec.inner, inner)
+            coded = shard_codec.inner
             keys, index_of = _no_chunk_keys, _no_chunk_index
     names = doc.get("dimension_names")
     dimension_names = None
@@ -172,7 +133,7 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
         dtype=dtype,
         order="C",
         fill_value=fill,
-        codecs=coded,  # type: ignore[arg-type]
+        codecs=coded,
         chunk_keys=keys,
         chunk_index=index_of,
         documents=(ZARR_JSON,),
@@ -185,7 +146,7 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
     )
 
 
-def _stored_endian(chain: V3CodecChain, doc: dict[str, Any]) -> str:
+def _stored_endian(chain: CodecChain, doc: dict[str, Any]) -> str:
     """The byte order chunks are stored in, looking into a shard's inner codecs."""
     if chain.sharding is None:
         return "big" if chain.stored_dtype.byteorder == ">" else "little"

@@ -15,20 +15,26 @@ the ``bytes`` codec's endian says how chunks are stored, not what ``array.raw`` 
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
-from numcodecs.compat import ensure_bytes, ensure_ndarray_like
 
-from zarrfs.errors import MetadataError, UnsupportedError
-from zarrfs.formats import bounded
-from zarrfs.formats.bounded import BOUNDED_CODECS
-from zarrfs.formats.codecs import size_bound
+from zarrfs.errors import MetadataError
+from zarrfs.formats.chain import (
+    ArrayFilter,
+    ArrayStage,
+    BytesSerializer,
+    BytesStage,
+    CodecChain,
+    ShardingMarker,
+    Transpose,
+)
 from zarrfs.formats.limits import MAX_DIMENSIONS, clip
+
+# The chain was first written for v3; every format's chunks now go through it.
+V3CodecChain = CodecChain
 
 ENDIANS = ("little", "big")
 NUMCODECS_PREFIX = "numcodecs."
@@ -61,226 +67,6 @@ CHECKSUMS = frozenset({"crc32", "crc32c", "adler32", "fletcher32", "jenkins_look
 
 def _fail(message: str) -> MetadataError:
     return MetadataError(clip(message, 400))
-
-
-# ------------------------------------------------------------------ stages
-
-
-@dataclass(frozen=True)
-class Transpose:
-    """array->array: ``order[i]`` is the decoded axis stored as axis ``i``."""
-
-    order: tuple[int, ...]
-
-    def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(shape[i] for i in self.order)
-
-    def encode(self, arr: np.ndarray) -> np.ndarray:
-        return arr.transpose(self.order)
-
-    def decode(self, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        return arr.transpose(np.argsort(self.order))
-
-    def describe(self) -> str:
-        return f"transpose(order={list(self.order)})"
-
-
-@dataclass(frozen=True)
-class ArrayFilter:
-    """array->array ``numcodecs.<id>`` filter that keeps dtype and element count."""
-
-    name: str
-    codec: Codec
-
-    def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return shape
-
-    def encode(self, arr: np.ndarray) -> np.ndarray:
-        out = ensure_ndarray_like(self.codec.encode(np.ascontiguousarray(arr)))
-        return np.asarray(out).reshape(arr.shape)
-
-    def decode(self, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        out = ensure_ndarray_like(self.codec.decode(np.ascontiguousarray(arr)))
-        return np.asarray(out).reshape(shape)
-
-    def describe(self) -> str:
-        return _describe(self.name, self.codec.get_config())
-
-
-@dataclass(frozen=True)
-class BytesSerializer:
-    """The ``bytes`` array->bytes codec; ``endian`` None for byte-order-free types."""
-
-    endian: str | None
-
-    def describe(self) -> str:
-        return f"bytes(endian={self.endian})" if self.endian else "bytes"
-
-
-@dataclass(frozen=True)
-class ShardingMarker:
-    """``sharding_indexed``, recognised only: the shard layer parses and decodes it
-    (``shards.parse_sharding_config(configuration)``)."""
-
-    configuration: dict[str, Any]
-
-    def describe(self) -> str:
-        inner = self.configuration.get("chunk_shape")
-        return f"sharding_indexed(chunk_shape={clip(repr(inner), 80)})"
-
-
-@dataclass(frozen=True)
-class BytesStage:
-    """A bytes->bytes codec built by numcodecs' registry."""
-
-    name: str
-    codec: Codec
-    config: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def codec_id(self) -> str | None:
-        return getattr(self.codec, "codec_id", None)
-
-    def describe(self) -> str:
-        return _describe(self.name, self.config)
-
-
-ArrayStage = Transpose | ArrayFilter
-
-
-@runtime_checkable
-class ArrayBytesCodec(Protocol):
-    """An array->bytes stage that codes whole arrays itself (sharding, made one by
-    ``v3_sharding.with_sharding``)."""
-
-    def describe(self) -> str: ...
-
-    def max_encoded(self, shape: tuple[int, ...]) -> int: ...
-
-    def decode_array(self, data: bytes | memoryview, shape: tuple[int, ...]) -> np.ndarray: ...
-
-    def encode_array(self, arr: np.ndarray) -> bytes: ...
-
-
-# ------------------------------------------------------------------- chain
-
-
-@dataclass(frozen=True)
-class V3CodecChain:
-    dtype: np.dtype
-    chunk_shape: tuple[int, ...]
-    array_array: tuple[ArrayStage, ...]
-    array_bytes: BytesSerializer | ShardingMarker | ArrayBytesCodec
-    bytes_bytes: tuple[BytesStage, ...]
-    # Unknown codecs marked must_understand: false, skipped as the spec allows.
-    ignored: tuple[str, ...] = ()
-
-    @property
-    def sharding(self) -> ShardingMarker | None:
-        return self.array_bytes if isinstance(self.array_bytes, ShardingMarker) else None
-
-    @property
-    def stored_dtype(self) -> np.dtype:
-        """The dtype of the stored elements (the ``bytes`` codec's byte order)."""
-        endian = getattr(self.array_bytes, "endian", None)
-        return self.dtype.newbyteorder(">") if endian == "big" else self.dtype
-
-    def describe(self) -> str:
-        parts = [s.describe() for s in self.array_array]
-        parts.append(self.array_bytes.describe())
-        parts.extend(s.describe() for s in self.bytes_bytes)
-        text = " -> ".join(parts)
-        if self.ignored:
-            text += f" (ignored: {', '.join(self.ignored)})"
-        return text
-
-    def encoded_shape(self) -> tuple[int, ...]:
-        """The shape a chunk has when it reaches the array->bytes stage."""
-        return self._shapes(None)[1][-1]
-
-    def _shapes(self, out_shape: Any) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-        """The chunk shape and the shape entering each array->array stage."""
-        shape = self.chunk_shape if out_shape is None else tuple(int(n) for n in out_shape)
-        if len(shape) != len(self.chunk_shape):
-            raise ValueError(f"chunk shape {shape} has not {len(self.chunk_shape)} dimensions")
-        chunk, shapes = shape, []
-        for stage in self.array_array:
-            shapes.append(shape)
-            shape = stage.encoded_shape(shape)
-        return chunk, [*shapes, shape]
-
-    def decode(self, data: Any, out_shape: Any = None) -> np.ndarray:
-        """One stored chunk as an array of ``out_shape`` (default: the chunk shape),
-        C order, little-endian dtype. ValueError when the data is corrupt or of the
-        wrong size (also a checksum mismatch); whatever a codec raises otherwise."""
-        if self.sharding is not None:
-            raise UnsupportedError("sharding_indexed chunks are decoded by the shard layer")
-        shape, shapes = self._shapes(out_shape)
-        stage = self.array_bytes
-        if isinstance(stage, ArrayBytesCodec):
-            encoded = self.decode_bytes(data, stage.max_encoded(shapes[-1]), exact=False)
-            arr = stage.decode_array(encoded, shapes[-1])
-            return self._undo_array_stages(arr, shapes)
-        expected = math.prod(shape) * self.dtype.itemsize
-        raw = self.decode_bytes(data, expected)
-        if len(raw) != expected:
-            raise ValueError(f"decoded {len(raw)} bytes, expected {expected}")
-        arr = np.frombuffer(raw, dtype=self.stored_dtype).reshape(shapes[-1])
-        if self.stored_dtype != self.dtype:
-            arr = arr.astype(self.dtype)
-        return self._undo_array_stages(arr, shapes)
-
-    def _undo_array_stages(self, arr: np.ndarray, shapes: list[tuple[int, ...]]) -> np.ndarray:
-        for stage, entering in zip(reversed(self.array_array), reversed(shapes[:-1]), strict=True):
-            arr = stage.decode(arr, entering)
-        # not ascontiguousarray: it turns a 0-d chunk into 1-d
-        if not (arr.flags.c_contiguous and arr.flags.writeable):
-            arr = arr.copy(order="C")
-        return arr
-
-    def decode_bytes(self, data: Any, limit: int, *, exact: bool = True) -> memoryview:
-        """Undo the bytes->bytes stages, outermost first. The innermost yields at
-        most ``limit`` bytes (into a buffer of exactly ``limit`` when ``exact``);
-        the ones before it, whose sizes nothing records, at most ``size_bound``.
-        Also for the shard layer: a whole shard after ``sharding_indexed``."""
-        chunk: Any = data
-        n = len(self.bytes_bytes)
-        for i, stage in enumerate(reversed(self.bytes_bytes)):
-            innermost = i == n - 1
-            stage_limit = limit if innermost else size_bound(limit)
-            out = None
-            if innermost and exact and stage.codec_id in BOUNDED_CODECS:
-                out = np.empty(limit, dtype=np.uint8)
-            try:
-                chunk = bounded.decompress(stage.codec, chunk, stage_limit, out)
-            except RuntimeError as e:
-                # numcodecs' checksum codecs raise RuntimeError on a mismatch
-                raise ValueError(f"{stage.name}: {e}") from e
-        view = memoryview(ensure_ndarray_like(chunk)).cast("B")
-        if len(view) > limit:
-            raise bounded.too_large(limit)
-        return view
-
-    def encode(self, chunk: np.ndarray) -> bytes:
-        """The stored bytes of one chunk (its shape; dtype must be the chunk's)."""
-        if self.sharding is not None:
-            raise UnsupportedError("sharding_indexed chunks are encoded by the shard layer")
-        arr = np.asarray(chunk)
-        if arr.dtype.newbyteorder("<") != self.dtype.newbyteorder("<"):
-            raise ValueError(f"chunk dtype {arr.dtype} is not the array's {self.dtype}")
-        self._shapes(arr.shape)  # dimension check
-        arr = arr.astype(self.dtype, copy=False)
-        for stage in self.array_array:
-            arr = stage.encode(arr)
-        if isinstance(self.array_bytes, ArrayBytesCodec):
-            return self.encode_bytes(self.array_bytes.encode_array(arr))
-        raw = np.ascontiguousarray(arr, dtype=self.stored_dtype).tobytes()
-        return self.encode_bytes(raw)
-
-    def encode_bytes(self, data: Any) -> bytes:
-        for stage in self.bytes_bytes:
-            data = stage.codec.encode(data)
-        return ensure_bytes(data)
 
 
 # ----------------------------------------------------------------- parsing
@@ -481,8 +267,3 @@ def _check_endian(endian: str | None, dtype: np.dtype) -> None:
         # zarr-python 3 writes struct arrays with a bare "bytes" (little-endian data).
         return
     raise _fail(f"bytes codec needs an endian for data type {dtype}")
-
-
-def _describe(name: str, config: dict[str, Any]) -> str:
-    params = ",".join(f"{k}={v}" for k, v in sorted(config.items()) if k != "id")
-    return clip(f"{name}({params})" if params else name, 200)

@@ -8,7 +8,7 @@ the FUSE loop run them in worker threads. Errors other than "missing" surface as
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,9 +149,13 @@ class Store(ABC):
         replacement itself becomes durable only at the next ``sync(keys)``.
         """
 
-    def stage(self, key: str, value: bytes) -> Any:
+    def stage(self, key: str, value: bytes | Sequence[bytes]) -> Any:
         """First half of a batched ``set(durable=False)``: prepare ``value`` for ``key``
-        without making it visible; ``commit`` a list of these to put them in place."""
+        without making it visible; ``commit`` a list of these to put them in place.
+        ``value`` may come in parts (a shard's inner chunks and index), stored one
+        after the other, so that nobody copies them into one buffer first."""
+        if not isinstance(value, bytes | bytearray | memoryview):
+            value = b"".join(value)
         return (key, value)
 
     def commit(self, staged: list[Any]) -> None:

@@ -17,7 +17,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from zarrfs.errors import InvalidValueError, StoreError
@@ -317,7 +317,7 @@ class DirectoryStore(Store):
 
     # -- writing -----------------------------------------------------------------------
 
-    def _write_temp(self, key: str, value: bytes) -> Staged:
+    def _write_temp(self, key: str, value: bytes | Sequence[bytes]) -> Staged:
         """The value in a new temporary file beside its key (not yet synced)."""
         directory, name = _split(key)
         try:
@@ -328,9 +328,11 @@ class DirectoryStore(Store):
         try:
             fd = os.open(temp, _CREATE, 0o644, dir_fd=dir_fd)
             try:
-                view = memoryview(value)
-                while view:
-                    view = view[os.write(fd, view) :]
+                parts = [value] if isinstance(value, bytes | bytearray | memoryview) else value
+                for part in parts:
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view) :]
                 # Start writing it back now, so the batch's fdatasyncs find less to do.
                 start_writeback(fd)
             finally:
@@ -351,7 +353,7 @@ class DirectoryStore(Store):
         if durable:
             self._sync_directory(staged.directory, key, missing_ok=False)
 
-    def stage(self, key: str, value: bytes) -> Staged:
+    def stage(self, key: str, value: bytes | Sequence[bytes]) -> Staged:
         return self._write_temp(key, value)
 
     def commit(self, staged: list[Staged]) -> None:
