@@ -137,7 +137,10 @@ def main() -> None:
 @click.option(
     "--no-consolidated",
     is_flag=True,
-    help="List the store itself, ignoring consolidated metadata (.zmetadata).",
+    help=(
+        "List the store itself, ignoring consolidated metadata "
+        "(.zmetadata, or a root zarr.json's consolidated_metadata)."
+    ),
 )
 @click.option("--log-level", default="info", show_default=True, callback=check_log_level)
 @click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")

@@ -39,7 +39,7 @@ class MountOptions:
     cache_size: int = 512 * 2**20
     write_cache_size: int = 256 * 2**20
     flush_interval: float = 5.0
-    consolidated: bool = True  # list the hierarchy from .zmetadata where present
+    consolidated: bool = True  # list the hierarchy from consolidated metadata where present
     readahead: int = 2**20  # the mount's kernel read-ahead; 0 leaves the default
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False

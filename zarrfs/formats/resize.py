@@ -32,12 +32,13 @@ def _consolidated(
     if docs is None:
         return None
     try:
-        if CONSOLIDATED_KEY in docs:
-            new = replace_entry(docs[CONSOLIDATED_KEY], join_key(meta.path, name), document)
-            return None if new is None else (CONSOLIDATED_KEY, new)
+        # The newest layout first, as the tree lists the store (formats/hierarchy.py).
         if ZARR_JSON in docs and meta.path:
             new = replace_consolidated_entry(docs[ZARR_JSON], meta.path, document)
             return None if new is None else (ZARR_JSON, new)
+        if CONSOLIDATED_KEY in docs:
+            new = replace_entry(docs[CONSOLIDATED_KEY], join_key(meta.path, name), document)
+            return None if new is None else (CONSOLIDATED_KEY, new)
     except MetadataError as e:
         log.warning("not updating the consolidated metadata: %s", e)
     return None
