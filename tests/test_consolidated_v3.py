@@ -17,6 +17,7 @@ import zarr
 
 from tests.mounting import mounted
 from tests.stores import CountingStore
+from tests.test_consolidated import walk
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats import hierarchy
@@ -65,18 +66,6 @@ def hierarchy_entries(groups: int, arrays: int) -> dict[str, dict]:
 def counting_tree(root: Path, *, consolidated: bool = True) -> tuple[Tree, CountingStore]:
     store = CountingStore(str(root))
     return Tree(store, ChunkCache(store, 2**20), consolidated=consolidated), store
-
-
-def walk(tree: Tree, node: DirNode) -> list[str]:
-    seen = []
-    for name, child in tree.entries(node).items():
-        path = f"{node.path}/{name}" if node.path else name
-        seen.append(path)
-        if isinstance(child, DirNode):
-            seen.extend(walk(tree, child))
-        else:
-            assert child.view.size >= 0
-    return seen
 
 
 def shown(tree: Tree, key: str) -> bytes:
