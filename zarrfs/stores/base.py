@@ -66,6 +66,15 @@ class Listing:
 
 
 class Store(ABC):
+    # What the rest of zarrfs needs to know of a store besides its methods:
+    # ``read_only``: writes raise ReadOnlyError (zip archives, HTTP), and the mount
+    # comes up read-only; ``remote``: each request waits on a network, so fetches
+    # go to a pool sized to connections, apart from the decode workers; ``listable``:
+    # ``list_dir`` can enumerate (HTTP cannot: only consolidated metadata lists).
+    read_only = False
+    remote = False
+    listable = True
+
     @abstractmethod
     def get(self, key: str, *, limit: int | None = None) -> bytes | None:
         """The value of ``key``, or ``None`` when it does not exist.
