@@ -8,12 +8,14 @@ mount is ready, and otherwise relays the daemon's one-line error.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import logging.handlers
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 import click
@@ -142,6 +144,11 @@ def main() -> None:
         "(.zmetadata, or a root zarr.json's consolidated_metadata)."
     ),
 )
+@click.option(
+    "--anonymous",
+    is_flag=True,
+    help="S3: send unsigned requests (public buckets), ignoring any credentials.",
+)
 @click.option("--log-level", default="info", show_default=True, callback=check_log_level)
 @click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")
 def mount(
@@ -155,11 +162,18 @@ def mount(
     flush_interval: float,
     readahead: str,
     no_consolidated: bool,
+    anonymous: bool,
     log_level: str,
     log_file: str | None,
 ) -> None:
-    """Mount the Zarr STORE (a directory) on MOUNTPOINT."""
+    """Mount the Zarr STORE on MOUNTPOINT.
+
+    STORE is a directory, a .zip archive (read-only), an http:// or https:// URL
+    (read-only) or s3://bucket/prefix (configured as AWS tools are: AWS_* variables,
+    ~/.aws files).
+    """
     from zarrfs.mount import MountOptions, prepare_mount
+    from zarrfs.stores.location import is_remote
 
     try:
         cache_bytes = parse_size(cache_size)
@@ -177,6 +191,7 @@ def mount(
         consolidated=not no_consolidated,
         readahead=readahead_bytes,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
+        anonymous=anonymous,
     )
     check_not_nested(store, mountpoint)  # first: a nested mountpoint is also "not empty"
     check_mountpoint(mountpoint)
@@ -186,8 +201,14 @@ def mount(
         except OSError as e:
             fail(f"log file {log_file!r}: {e.strerror}")
     setup_logging(log_level, log_file, detached=False)
+    prepare = functools.partial(prepare_mount, store, options)
+    if not foreground and is_remote(store):
+        # A network client runs threads of its own, which the fork would not keep:
+        # the daemon opens the store itself and reports failures over the pipe.
+        _serve_detached(prepare, mountpoint, options, log_level, log_file)
+        return
     try:
-        prepared = prepare_mount(store, options)
+        prepared = prepare()
     except ZarrfsError as e:
         fail(str(e))
     if foreground:
@@ -210,20 +231,20 @@ def _serve_foreground(prepared: PreparedMount, mountpoint: str, options: MountOp
 
 
 def _serve_detached(
-    prepared: PreparedMount,
+    prepared: PreparedMount | Callable[[], PreparedMount],
     mountpoint: str,
     options: MountOptions,
     log_level: str,
     log_file: str | None,
 ) -> None:
-    from zarrfs.mount import UnstoredDataError, serve
+    from zarrfs.mount import PreparedMount, UnstoredDataError, serve
 
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid:
         os.close(write_end)
         # The daemon holds the store lock now; a copy here must not outlive it.
-        if prepared.lock is not None:
+        if isinstance(prepared, PreparedMount) and prepared.lock is not None:
             prepared.lock.close()
         with os.fdopen(read_end, "rb") as pipe:
             message = pipe.read().decode(errors="replace").strip()
@@ -248,6 +269,14 @@ def _serve_detached(
         reported = True
 
     code = 0
+    if not isinstance(prepared, PreparedMount):
+        try:
+            prepared = prepared()
+        except ZarrfsError as e:
+            log.error("%s", e)
+            os.write(write_end, str(e).encode())
+            os.close(write_end)
+            os._exit(1)
     try:
         serve(prepared.ops, mountpoint, options, on_ready=ready, lock=prepared.lock)
     except UnstoredDataError:  # logged, and left in the run-state file for zarrfs umount

@@ -27,7 +27,8 @@ from zarrfs.core.writeback import WriteBack
 from zarrfs.errors import StoreError, ZarrfsError
 from zarrfs.fuse.operations import Operations
 from zarrfs.runstate import RunState, StoreLock, Unstored, ensure_run_dir
-from zarrfs.stores.directory import DirectoryStore
+from zarrfs.stores.base import Store
+from zarrfs.stores.location import StoreOpenError, StoreOptions, kind, open_store
 from zarrfs.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -43,25 +44,18 @@ class MountOptions:
     readahead: int = 2**20  # the mount's kernel read-ahead; 0 leaves the default
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
+    anonymous: bool = False  # S3: unsigned requests, for public buckets
 
 
-class StoreOpenError(ZarrfsError):
-    """The STORE argument cannot be opened as a Zarr store."""
-
-
-def open_store(location: str) -> DirectoryStore:
-    if not os.path.exists(location):
-        raise StoreOpenError(f"store {location!r} does not exist")
-    if not os.path.isdir(location):
-        raise StoreOpenError(f"store {location!r} is not a directory")
-    if not os.access(location, os.R_OK | os.X_OK):
-        raise StoreOpenError(f"store {location!r} is not readable")
-    return DirectoryStore(location)
-
-
-def _checked_store(location: str, options: MountOptions) -> DirectoryStore:
-    store = open_store(location)
-    if not options.read_only and not os.access(location, os.W_OK):
+def _checked_store(location: str, options: MountOptions) -> Store:
+    """The store, opened and checked; a read-only kind of store (a .zip archive,
+    HTTP) makes the mount read-only, said in one line."""
+    store = open_store(location, StoreOptions(anonymous=options.anonymous))
+    if store.read_only and not options.read_only:
+        log.warning("%s is read-only: mounting it read-only", store.describe())
+        options.read_only = True
+    local = kind(location) == "directory"
+    if not options.read_only and local and not os.access(location, os.W_OK):
         raise StoreOpenError(f"store {location!r} is not writable (use --read-only)")
     return store
 
@@ -85,7 +79,9 @@ def prepare_mount(location: str, options: MountOptions) -> PreparedMount:
     """
     store = _checked_store(location, options)
     ensure_run_dir()
-    lock = None if options.read_only else StoreLock.take(location)
+    # The lock is a local directory's (flock): other stores have none (docs/semantics.md).
+    local = kind(location) == "directory"
+    lock = None if options.read_only or not local else StoreLock.take(location)
     try:
         return PreparedMount(_build(store, options), lock)
     except BaseException:
@@ -94,7 +90,7 @@ def prepare_mount(location: str, options: MountOptions) -> PreparedMount:
         raise
 
 
-def _build(store: DirectoryStore, options: MountOptions) -> Operations:
+def _build(store: Store, options: MountOptions) -> Operations:
     cache = ChunkCache(store, options.cache_size)
     writeback = None
     if not options.read_only:

@@ -82,9 +82,17 @@ class Tree:
         # beside a root group's own (.zmetadata).
         self._root_reads: dict[str, bytes | None] = {}
         self._root_extra: dict[str, bytes] = {}
+        self._loaded_at = time.time()
         source = self._read_root()
         if consolidated and source is not None:
             self._open_consolidated(*source)
+        if self.consolidated is None and not store.listable:
+            log.warning(
+                "%s cannot be listed and holds no consolidated metadata: only the node "
+                "at its root is shown (zarr.consolidate_metadata() on the store lists "
+                "all of it in one document)",
+                store.describe(),
+            )
         self.root = self._load_root()
         if writeback is not None:
             writeback.root_documents = self.root.documents
@@ -122,6 +130,11 @@ class Tree:
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
         if self.consolidated is not None:
             return self.consolidated.read(path, names)
+        if self.store.remote and self.store.listable:
+            # Over a network one listing costs less than probing every candidate:
+            # only the documents the directory holds are fetched.
+            present = set(self.store.list_dir(path).keys)
+            names = tuple(n for n in names if n in present)
         docs = {}
         for name in names:
             if not path and name in self._root_reads:
@@ -172,6 +185,8 @@ class Tree:
     def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
         if self.consolidated is not None and self._consolidated_mtime is not None:
             return self._consolidated_mtime
+        if self.store.remote:
+            return self._loaded_at  # a request per document would cost more than it tells
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
         return max((m for m in mtimes if m is not None), default=time.time())
 

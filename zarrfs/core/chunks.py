@@ -45,14 +45,21 @@ _MISSING_COST = 64
 # Unreferenced decode buffers kept per size for the next loads.
 MAX_SPARE_BUFFERS = 16
 
-# Read-ahead loads queued at once: enough to keep the workers busy between requests.
+# Read-ahead loads queued at once: enough to keep the workers busy between requests
+# (a remote store's, enough to keep requests in flight over a network's latency).
 MAX_READ_AHEAD_LOADS = 8
+MAX_REMOTE_READ_AHEAD_LOADS = 32
+
+# Requests in flight to a remote store (threads that mostly wait on the network).
+FETCH_THREADS = 32
 
 ChunkKey = tuple[str, Index]
 _ABSENT = object()
 # A shard's index is cached beside the chunks, under its array's path with this
 # prefix (no store key holds a NUL): one LRU and one budget for both.
 _INDEX = "\0"
+# What a fetch brings: (the key it came from, its stored bytes), or None.
+Fetched = tuple[str, bytes] | None
 
 
 def index_key(path: str, shard: Index) -> ChunkKey:
@@ -106,6 +113,7 @@ class ChunkCache:
         self._flights: dict[ChunkKey, _Flight] = {}
         self._failures: dict[ChunkKey, tuple[float, _Failure]] = {}
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-decode")
+        self.fetch_pool = WorkerPool(FETCH_THREADS, "zarrfs-fetch") if store.remote else None
         self.loads = 0  # store reads + decodes performed; tests count them
         self.read_ahead = False  # the mount turns it on; handler tests choose
         self._prefetching = 0
@@ -205,7 +213,8 @@ class ChunkCache:
         flight = _Flight(background=priority == BACKGROUND)
         self._flights[key] = flight
         finish = self._finisher(key, flight, priority, counted=False)
-        self.pool.submit(self._load_index, meta, shard, priority=priority, on_done=finish)
+        pool = self.fetch_pool or self.pool
+        pool.submit(self._load_index, meta, shard, priority=priority, on_done=finish)
         return flight
 
     def _start(
@@ -226,7 +235,24 @@ class ChunkCache:
         # The buffer goes in a list that the load empties: a worker thread holds its
         # last job's arguments until it takes the next, and must not hold the buffer.
         spare = [out] if out is not None else []
-        self.pool.submit(self._load, meta, index, spare, where, priority=priority, on_done=finish)
+        if self.fetch_pool is None:
+            self.pool.submit(
+                self._load, meta, index, spare, where, priority=priority, on_done=finish
+            )
+            return flight
+
+        def fetched(result: outcome.Outcome) -> None:  # in the trio thread
+            if isinstance(result, outcome.Error):
+                finish(result)
+                return
+            data = result.unwrap()
+            self.pool.submit(
+                self._decode_fetched, meta, index, data, spare, priority=priority, on_done=finish
+            )
+
+        # A remote store's requests wait on the network: many at once, in a pool of
+        # their own, and the decode workers take each as it arrives.
+        self.fetch_pool.submit(self._fetch, meta, index, where, priority=priority, on_done=fetched)
         return flight
 
     def _finisher(
@@ -284,7 +310,8 @@ class ChunkCache:
         At most MAX_READ_AHEAD_LOADS are queued, and a reader's own requests go
         before them. Loads start in the order asked, so the stream's next chunk first.
         """
-        if not self.read_ahead or self._prefetching >= MAX_READ_AHEAD_LOADS:
+        queued = MAX_READ_AHEAD_LOADS if self.fetch_pool is None else MAX_REMOTE_READ_AHEAD_LOADS
+        if not self.read_ahead or self._prefetching >= queued:
             return False
         if self.has(meta.path, index):
             return True
@@ -322,11 +349,15 @@ class ChunkCache:
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Worker thread: fetch and decode one chunk, into the buffer in ``spare`` if
         there is one; (chunk, the buffer it lives in when that is one of ours)."""
-        out = spare.pop() if spare else None
+        return self._decode_fetched(meta, index, self._fetch(meta, index, where), spare)
+
+    def _fetch(self, meta: ArrayMeta, index: Index, where: Where | None) -> Fetched:
+        """Worker thread: (key, stored bytes) of a chunk, None when not stored."""
         # A stored chunk larger than any of its codecs could make of it is not read.
         limit = size_bound(meta.chunk_nbytes)
         if where is not None:
-            return self._load_inner(meta, index, where, limit)
+            data = fetch_inner(self.store, meta, index, where, limit)
+            return None if data is None else (where[0], data)
         for key in meta.chunk_keys(index):
             try:
                 data = self.store.get(key, limit=limit)
@@ -335,28 +366,27 @@ class ChunkCache:
                 reason = str(e)
                 break
             if data is not None:
-                decoded = self._decode(meta, data, out)
-                if not isinstance(decoded, str):
-                    return decoded
-                reason = decoded
-                break
+                return key, data
         else:
+            return None
+        # Raised outside any handler, so with no __context__.
+        raise ChunkError(meta.display_name, key, reason)
+
+    def _decode_fetched(
+        self, meta: ArrayMeta, index: Index, fetched: Fetched, spare: list[np.ndarray] | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Worker thread: the fetched chunk decoded (into the buffer in ``spare``)."""
+        out = spare.pop() if spare else None
+        if fetched is None:
             return None, None
+        key, data = fetched
+        decoded = self._decode(meta, data, out if meta.shards is None else None)
+        if not isinstance(decoded, str):
+            return decoded
+        reason = decoded if meta.shards is None else f"inner chunk {index}: {decoded}"
         # Raised outside any handler, so with no __context__: the exception, and the
         # traceback of whatever failed, is all that holds the buffers it decoded into.
         raise ChunkError(meta.display_name, key, reason)
-
-    def _load_inner(
-        self, meta: ArrayMeta, index: Index, where: Where, limit: int
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Worker thread: one inner chunk of a shard, by its byte range."""
-        data = fetch_inner(self.store, meta, index, where, limit)
-        if data is None:  # the shard was deleted meanwhile: fill value
-            return None, None
-        decoded = self._decode(meta, data, None)
-        if isinstance(decoded, str):
-            raise ChunkError(meta.display_name, where[0], f"inner chunk {index}: {decoded}")
-        return decoded
 
     def _decode(
         self, meta: ArrayMeta, data: bytes, out: np.ndarray | None

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 # Sequential readers get the chunks ahead of them loaded in the background.
 READ_AHEAD = 8 * 2**20
+REMOTE_READ_AHEAD = 32 * 2**20
 READ_AHEAD_CHUNKS = 4
 
 Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no copy
@@ -187,7 +188,9 @@ class ArrayReads:
         self._prefetched_to = end
 
     def _read_ahead_bytes(self) -> int:
-        wanted = max(READ_AHEAD, READ_AHEAD_CHUNKS * self.meta.chunk_nbytes)
+        # Over a network each request waits its latency: more of them in flight.
+        ahead = READ_AHEAD if self.cache.fetch_pool is None else REMOTE_READ_AHEAD
+        wanted = max(ahead, READ_AHEAD_CHUNKS * self.meta.chunk_nbytes)
         return min(wanted, self.cache.max_bytes // 4)
 
     def _prefetch_chunk(self, index: Index) -> bool:

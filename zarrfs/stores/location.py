@@ -1,0 +1,91 @@
+"""The STORE argument: which store a location names, and opening it.
+
+    /data/x.zarr           a directory (DirectoryStore)
+    /data/x.zip            a .zip archive in zarr-python's ZipStore layout (read-only)
+    http(s)://host/x.zarr  a store served over HTTP (read-only, not listable)
+    s3://bucket/prefix     S3 or an S3-compatible server (AWS_* configuration)
+
+Remote stores are opened lazily by the caller that will use them: their clients
+run threads of their own, which a fork (the detaching daemon) would not keep.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from zarrfs.errors import ZarrfsError
+from zarrfs.stores.base import Store
+
+T = TypeVar("T")
+
+
+class StoreOpenError(ZarrfsError):
+    """The STORE argument cannot be opened as a Zarr store."""
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    anonymous: bool = False  # S3: unsigned requests (public buckets)
+
+
+def kind(location: str) -> str:
+    """ "s3", "http", "zip" or "directory" (by form alone, nothing is opened)."""
+    lowered = location.lower()
+    if lowered.startswith("s3://"):
+        return "s3"
+    if lowered.startswith(("http://", "https://")):
+        return "http"
+    if lowered.endswith(".zip") and not os.path.isdir(location):
+        return "zip"
+    return "directory"
+
+
+def is_remote(location: str) -> bool:
+    return kind(location) in ("s3", "http")
+
+
+def open_store(location: str, options: StoreOptions | None = None) -> Store:
+    """The store ``location`` names, checked to be there; StoreOpenError (one line)
+    otherwise."""
+    options = options or StoreOptions()
+    form = kind(location)
+    if form == "s3":
+        from zarrfs.stores.s3 import S3Store
+
+        store: Store = S3Store(location, anonymous=options.anonymous)
+    elif form == "http":
+        from zarrfs.stores.http import HttpStore
+
+        store = HttpStore(location)
+    elif form == "zip":
+        if not os.path.isfile(location):
+            raise StoreOpenError(f"store {location!r} does not exist")
+        from zarrfs.stores.zipstore import ZipStore
+
+        return _opened(lambda: ZipStore(location), location)
+    else:
+        if not os.path.exists(location):
+            raise StoreOpenError(f"store {location!r} does not exist")
+        if not os.path.isdir(location):
+            raise StoreOpenError(f"store {location!r} is not a directory or a .zip archive")
+        if not os.access(location, os.R_OK | os.X_OK):
+            raise StoreOpenError(f"store {location!r} is not readable")
+        from zarrfs.stores.directory import DirectoryStore
+
+        return DirectoryStore(location)
+    check = getattr(store, "check", None)
+    if check is not None:
+        _opened(check, location)
+    return store
+
+
+def _opened(make: Callable[[], T], location: str) -> T:
+    try:
+        return make()
+    except StoreOpenError:
+        raise
+    except ZarrfsError as e:
+        raise StoreOpenError(str(e)) from None
