@@ -61,7 +61,7 @@ def open_store(location: str, options: StoreOptions | None = None) -> Store:
 
         store = HttpStore(location)
     elif form == "zip":
-        if not os.path.isfile(location):
+        if not os.path.lexists(location):  # anything else ZipStore refuses, saying why
             raise StoreOpenError(f"store {location!r} does not exist")
         from zarrfs.stores.zipstore import ZipStore
 
