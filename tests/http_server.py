@@ -1,0 +1,251 @@
+"""A static HTTP server for tests: serves a directory on 127.0.0.1 with Range support.
+
+Python's ``SimpleHTTPRequestHandler`` ignores Range; the subclass here answers a
+single range ("bytes=a-b", open-ended "bytes=a-", suffix "bytes=-n") with 206 and
+Content-Range, 416 when unsatisfiable, and counts every body byte it sends so a test
+can prove that a ranged read fetched only its range. Directories are 404 (as an
+object store or a web server without autoindex answers), never a listing.
+
+    from tests.http_server import HttpServer, http_server_fixture  # registers it
+
+    def test_x(http_server: HttpServer) -> None:
+        (http_server.root / "a").write_bytes(b"...")
+        HttpStore(http_server.url)
+
+``serve(root)`` starts one more (e.g. with ``ignore_range=True``); each stops at
+the end of its ``with`` block or fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import io
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_PIECE = 64 << 10  # bodies are written this much at a time, each piece counted
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # with its query string
+    range: str | None
+    status: int = 0
+    # Body bytes handed to the socket (counted before each write, taken back if it
+    # fails); final once ``done`` is set.
+    body_bytes: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class HttpServer:
+    root: Path
+    url: str  # "http://127.0.0.1:PORT/" (the root directory)
+    port: int
+    httpd: _Server
+    # A test may flip these at run time. ignore_range: answer 200 and the whole body
+    # to any Range; send_length=False: no Content-Length, the body ends with the
+    # connection; statuses: answer this status to these paths (query left out).
+    ignore_range: bool = False
+    send_length: bool = True
+    statuses: dict[str, int] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def bytes_served(self) -> int:
+        with self.lock:
+            return sum(r.body_bytes for r in self.requests)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+
+    def gets(self) -> list[Request]:
+        with self.lock:
+            return [r for r in self.requests if r.method == "GET"]
+
+    def settled(self, timeout: float = 5.0) -> list[Request]:
+        """Every request so far, once each is answered (a handler may still be
+        writing a body the client stopped reading)."""
+        with self.lock:
+            requests = list(self.requests)
+        for request in requests:
+            assert request.done.wait(timeout), f"{request} not answered in {timeout}s"
+        return requests
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a kept-alive connection must not hold up shutdown
+    state: HttpServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (or a fault proxy's cut) resets its connection:
+        # expected here, not worth socketserver's traceback on stderr.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class RangeHandler(SimpleHTTPRequestHandler):
+    # Keep-alive: the store's connection pool really reuses connections.
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # a body written after its head is sent at once
+    server: _Server
+
+    def __init__(self, *args: Any, directory: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, directory=directory, **kwargs)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: pytest shows stderr of failing tests only, and this is noise
+
+    def handle_one_request(self) -> None:
+        self._request: Request | None = None
+        try:
+            super().handle_one_request()
+        finally:
+            if self._request is not None:
+                self._request.done.set()  # answered, body and all (or given up)
+
+    def _current(self) -> Request:
+        """This request's record, made when its answer is first decided: before any
+        of it is sent, so a test never finds its answer ahead of its record."""
+        if self._request is None:
+            self._request = Request(self.command, self.path, self.headers.get("Range"))
+            with self.server.state.lock:
+                self.server.state.requests.append(self._request)
+        return self._request
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._current().status = int(code)
+        super().send_response(code, message)
+
+    def send_head(self) -> BinaryIO | None:  # type: ignore[override]
+        state = self.server.state
+        self._current()
+        status = state.statuses.get(self.path.partition("?")[0])
+        if status is not None:
+            self.send_error(status)
+            return None
+        path = self.translate_path(self.path)
+        if not os.path.isfile(path):  # a directory too: no listing, no redirect
+            self.send_error(HTTPStatus.NOT_FOUND)
+            return None
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            size = st.st_size
+            header = self.headers.get("Range")
+            window = None if header is None or state.ignore_range else _parse_range(header, size)
+            if window == ():
+                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            first, last = window or (0, size - 1)
+            f.seek(first)
+            body = io.BytesIO(f.read(last - first + 1))
+        self.send_response(HTTPStatus.PARTIAL_CONTENT if window else HTTPStatus.OK)
+        self.send_header("Content-Type", "application/octet-stream")
+        if state.send_length:
+            self.send_header("Content-Length", str(last - first + 1))
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.send_header("Accept-Ranges", "none" if state.ignore_range else "bytes")
+        if window:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+        self.end_headers()
+        return body
+
+    def do_GET(self) -> None:
+        body = self.send_head()
+        if body is None:
+            return
+        request = self._current()
+        while piece := body.read(_PIECE):
+            request.body_bytes += len(piece)
+            try:
+                self.wfile.write(piece)
+            except OSError:
+                request.body_bytes -= len(piece)
+                self.close_connection = True
+                return
+
+    def do_HEAD(self) -> None:
+        self.send_head()
+
+    def do_PUT(self) -> None:
+        """Store the body (Content-Length) as the file: requests with a body, for
+        the fault proxy's tests (the store itself never writes)."""
+        self._current()
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length)
+        target = Path(self.translate_path(self.path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(body)
+        self.send_response(HTTPStatus.CREATED)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | tuple[()] | None:
+    """(first, last) byte of a single range, clipped to the value; () when it is
+    unsatisfiable (RFC 9110 14.1.2); None for a header to ignore (malformed or
+    several ranges: the RFC lets a server send the whole value)."""
+    match = _RANGE.fullmatch(header.strip())
+    if match is None or match.group(1) == match.group(2) == "":
+        return None
+    start, end = match.group(1), match.group(2)
+    if start == "":  # suffix: the last n bytes
+        n = int(end)
+        return (size - min(n, size), size - 1) if n and size else ()
+    first = int(start)
+    last = size - 1 if end == "" else min(int(end), size - 1)
+    return (first, last) if first < size and first <= last else ()
+
+
+@contextlib.contextmanager
+def serve(root: Path, *, ignore_range: bool = False) -> Iterator[HttpServer]:
+    """Serve ``root`` on 127.0.0.1 (a free port) in a thread until the block ends."""
+
+    def handler(*args: Any) -> RangeHandler:
+        return RangeHandler(*args, directory=str(root))
+
+    httpd = _Server(("127.0.0.1", 0), handler)
+    port = httpd.server_address[1]
+    state = HttpServer(root, f"http://127.0.0.1:{port}/", port, httpd, ignore_range)
+    httpd.state = state
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+# Named apart from the fixture: a test module imports it to register it, and its
+# parameter ``http_server`` would otherwise redefine the import (ruff F811).
+@pytest.fixture(name="http_server")
+def http_server_fixture(tmp_path: Path) -> Iterator[HttpServer]:
+    """A server of the new, empty directory ``tmp_path / "www"``."""
+    root = tmp_path / "www"
+    root.mkdir()
+    with serve(root) as server:
+        yield server

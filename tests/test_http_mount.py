@@ -1,0 +1,76 @@
+"""A store served over HTTP (tests/http_server.py, loopback), mounted for real:
+read-only without being told, listed from its consolidated metadata, sharded
+arrays read by ranges; without consolidated metadata only the node at the URL is
+shown, with a log line saying how to consolidate; nothing listening is refused
+in one line."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
+from tests.mounting import mounted
+from tests.test_cli import assert_one_error_line, run_cli
+
+pytestmark = pytest.mark.mount
+
+
+def make_store(root: Path, *, consolidate: bool) -> dict[str, np.ndarray]:
+    arrays = {
+        "plain": np.arange(60 * 40, dtype="<f4").reshape(60, 40),
+        "sharded": np.arange(64 * 48, dtype="<i4").reshape(64, 48),
+    }
+    group = zarr.open_group(str(root), mode="w")
+    group.create_array("plain", shape=(60, 40), chunks=(16, 40), dtype="<f4")[...] = arrays["plain"]
+    group.create_array("sharded", shape=(64, 48), chunks=(8, 12), shards=(32, 24), dtype="<i4")[
+        ...
+    ] = arrays["sharded"]
+    if consolidate:
+        zarr.consolidate_metadata(str(root))
+    return arrays
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_consolidated_store_over_http(http_server: HttpServer) -> None:
+    arrays = make_store(http_server.root / "s.zarr", consolidate=True)
+    with mounted(f"{http_server.url}/s.zarr") as m:
+        assert sorted(os.listdir(m.path)) == ["plain", "sharded", "zarr.json"]
+        for name, data in arrays.items():
+            assert (m.path / name / "array.raw").read_bytes() == data.tobytes()
+        with pytest.raises(OSError):
+            (m.path / "plain" / "array.raw").write_bytes(b"x")
+    log = m.log()
+    assert "read-only" in log and "Traceback" not in log
+    # a shard is never fetched whole: every GET of one carries a Range
+    shard_gets = [r for r in http_server.settled() if "/sharded/c/" in r.path and r.method == "GET"]
+    assert shard_gets and all(r.range for r in shard_gets), shard_gets
+
+
+def test_without_consolidated_metadata_only_the_root_node_is_shown(
+    http_server: HttpServer,
+) -> None:
+    make_store(http_server.root / "s.zarr", consolidate=False)
+    with mounted(f"{http_server.url}/s.zarr") as m:
+        assert os.listdir(m.path) == ["zarr.json"]
+    assert "consolidate" in m.log()
+    with mounted(f"{http_server.url}/s.zarr/plain") as m:
+        data = np.arange(60 * 40, dtype="<f4")
+        assert (m.path / "array.raw").read_bytes() == data.tobytes()
+
+
+def test_nothing_listening_is_refused_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    for detach in ([], ["-f"]):
+        result = run_cli("mount", *detach, f"http://127.0.0.1:{port}/x.zarr", str(mountpoint))
+        assert_one_error_line(result, "127.0.0.1")
+        assert not os.path.ismount(mountpoint)
