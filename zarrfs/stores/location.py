@@ -55,11 +55,11 @@ def open_store(location: str, options: StoreOptions | None = None) -> Store:
     if form == "s3":
         from zarrfs.stores.s3 import S3Store
 
-        store: Store = S3Store(location, anonymous=options.anonymous)
+        store: Store = _opened(lambda: S3Store(location, anonymous=options.anonymous), location)
     elif form == "http":
         from zarrfs.stores.http import HttpStore
 
-        store = HttpStore(location)
+        store = _opened(lambda: HttpStore(location), location)
     elif form == "zip":
         if not os.path.lexists(location):  # anything else ZipStore refuses, saying why
             raise StoreOpenError(f"store {location!r} does not exist")
