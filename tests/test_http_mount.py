@@ -6,6 +6,7 @@ in one line."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from pathlib import Path
@@ -14,11 +15,14 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.fault_proxy import FaultProxy
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import mounted
 from tests.test_cli import assert_one_error_line, run_cli
 
 pytestmark = pytest.mark.mount
+
+PLAIN_BYTES = 60 * 40 * 4
 
 
 def make_store(root: Path, *, consolidate: bool) -> dict[str, np.ndarray]:
@@ -74,3 +78,18 @@ def test_nothing_listening_is_refused_in_one_line(tmp_path: Path) -> None:
         result = run_cli("mount", *detach, f"http://127.0.0.1:{port}/x.zarr", str(mountpoint))
         assert_one_error_line(result, "127.0.0.1")
         assert not os.path.ismount(mountpoint)
+
+
+def test_a_server_cutting_every_connection_is_eio_then_recovers(http_server: HttpServer) -> None:
+    make_store(http_server.root / "s.zarr", consolidate=True)
+    with FaultProxy(("127.0.0.1", http_server.port), http=True) as proxy:
+        with mounted(f"{proxy.url}s.zarr") as m:
+            raw = m.path / "plain" / "array.raw"
+            assert os.path.getsize(raw) == PLAIN_BYTES
+            proxy.cut(after=10, times=None)  # every response, past every retry
+            with pytest.raises(OSError) as info, open(raw, "rb") as f:
+                f.read()
+            assert info.value.errno == errno.EIO
+            proxy.passthrough()
+            assert raw.read_bytes() == np.arange(60 * 40, dtype="<f4").tobytes()
+        assert "Traceback" not in m.log()
