@@ -29,6 +29,17 @@ side by side with its reference in the same run, on the same store:
   the rewritten stores read back by zarr-python and tensorstore. A part that fails
   (zarrfs shows no array.raw for the array, say) is an error of the section; the
   figures of the others are still reported.
+- s3: a v3 array (float32, chunks of 1 MiB, blosc-lz4, ``--size-mb`` clamped to
+  128..256 MiB, consolidated) uploaded to a moto S3 server that the section starts on
+  127.0.0.1, mounted as s3://bucket/prefix: ``dd bs=1M`` of array.raw on a fresh mount
+  vs zarr-python ``z[:]`` through ``zarr.storage.ObjectStore`` over obstore's S3Store,
+  zarrfs's own client (target >= 1.0x; the best of 2 alternating rounds of each;
+  obstore's concurrent GETs alone printed as the server's ceiling); the same dd with
+  20 ms added to every request by tests/fault_proxy.py vs through the proxy with none
+  (target >= 0.7x); and mount + ``ls -R`` of a consolidated group of 1000 arrays: the
+  object GETs (moto's request log) before the first chunk is read (target <= 1). moto
+  (Python, one request at a time in its dispatcher) serves some tens to a hundred-odd
+  MiB/s and may bound both sides: the absolute figures are printed too.
 
 Reads see the store's compressed files warm in the OS page cache (each store is read
 once beforehand): dropping the page cache is not portable, so both sides get it warm.
@@ -46,20 +57,26 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numcodecs
 import numpy as np
 import zarr
+import zarr.errors
+import zarr.storage
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -709,12 +726,17 @@ def create_sharded(store: Path, initial: np.ndarray) -> None:
         shards=SHARD,
         dtype="<f4",
         zarr_format=3,
-        compressors=zarr.codecs.BloscCodec(
-            cname="lz4", clevel=5, shuffle=zarr.codecs.BloscShuffle.shuffle, typesize=4
-        ),
+        compressors=blosc_lz4_v3(),
         fill_value=0.0,
     )
     z[...] = initial
+
+
+def blosc_lz4_v3() -> zarr.codecs.BloscCodec:
+    """CODECS["blosc-lz4"] as a Zarr v3 codec."""
+    return zarr.codecs.BloscCodec(
+        cname="lz4", clevel=5, shuffle=zarr.codecs.BloscShuffle.shuffle, typesize=4
+    )
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -868,6 +890,324 @@ def sharded(b: Bench) -> list[Result]:
     return results
 
 
+# -- S3 (a moto server on loopback) -------------------------------------------------------
+
+S3_MIN_MB, S3_MAX_MB = 128, 256
+S3_BUCKET = "zarrfs-bench"
+S3_DELAY = 0.02  # seconds the proxy adds to every request
+S3_METADATA_ARRAYS = 1000
+S3_TARGETS = {"read": 1.0, "delayed": 0.7, "metadata GETs": 1}
+S3_UPLOADERS = 8
+S3_ROUNDS = 2  # of the read-seq comparison, alternating
+# A request line of the werkzeug log moto writes: "GET /bucket/key?query HTTP/1.1" 200
+# (other statuses than 200 in color: ANSI escapes, dropped first).
+_MOTO_REQUEST = re.compile(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
+_ANSI = re.compile(r"\x1b\[[\d;]*m")
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    log: Path
+    client: Any  # boto3's S3 client
+
+    def upload(self, store: Path, prefix: str) -> int:
+        """Every file under the local ``store`` as ``prefix/<relative path>``; bytes sent."""
+        files = [p for p in store.rglob("*") if p.is_file()]
+
+        def put(path: Path) -> int:
+            body = path.read_bytes()
+            key = f"{prefix}/{path.relative_to(store).as_posix()}"
+            self.client.put_object(Bucket=S3_BUCKET, Key=key, Body=body)
+            return len(body)
+
+        with ThreadPoolExecutor(S3_UPLOADERS) as pool:
+            return sum(pool.map(put, files))
+
+    def requests_since(self, offset: int) -> list[tuple[str, str, str]]:
+        """(method, path, status) of each request moto logged past byte ``offset``."""
+        time.sleep(0.3)  # moto logs a request once it has answered it
+        with self.log.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        return [m.groups() for m in _MOTO_REQUEST.finditer(_ANSI.sub("", text))]
+
+
+@contextmanager
+def s3_server(work: Path) -> Iterator[S3Server]:
+    """A moto server on 127.0.0.1 (tests/servers.py's), a bucket, and the AWS_*
+    environment of this process (so of the zarrfs daemons it starts) pointed at it
+    with the keys "testing"; all undone at the end."""
+    import pytest  # tests/servers.py is a pytest plugin: its failures are pytest's
+
+    from tests.servers import _start_moto, _stop, client, isolate_aws
+
+    log = work / "moto.log"
+    try:
+        process, endpoint = _start_moto(log)
+    except pytest.fail.Exception as e:
+        raise BenchError(f"s3: {e}") from None
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            isolate_aws(env, work, endpoint)
+            s3 = client(endpoint)
+            s3.create_bucket(Bucket=S3_BUCKET)
+            yield S3Server(endpoint, log, s3)
+    finally:
+        _stop(process)
+
+
+@contextmanager
+def s3_endpoint(endpoint: str) -> Iterator[None]:
+    """AWS_ENDPOINT_URL set to ``endpoint`` for what starts inside (a daemon)."""
+    old = os.environ["AWS_ENDPOINT_URL"]
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    try:
+        yield
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = old
+
+
+def obstore_bucket(prefix: str) -> Any:
+    """obstore's S3Store of the bucket, configured by the environment as zarrfs's is."""
+    from obstore.store import S3Store
+
+    return S3Store(S3_BUCKET, prefix=prefix, client_options={"allow_http": True})
+
+
+def consolidate_v3(store: Path) -> None:
+    """zarr.consolidate_metadata, without its warning that v3 consolidated metadata is
+    not in the spec yet (zarrfs reads it all the same)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zarr.errors.ZarrUserWarning)
+        zarr.consolidate_metadata(str(store))
+
+
+def create_s3_store(store: Path, data: np.ndarray) -> None:
+    """A v3 group holding array ``arr`` (chunks of 1 MiB, blosc-lz4), consolidated."""
+    zarr.open_group(str(store), mode="w", zarr_format=3)
+    z = zarr.create_array(
+        store=str(store / "arr"),
+        shape=data.shape,
+        chunks=(CHUNK_ROWS, COLUMNS),
+        dtype="<f4",
+        zarr_format=3,
+        compressors=blosc_lz4_v3(),
+        fill_value=0.0,
+    )
+    z[...] = data
+    consolidate_v3(store)
+
+
+def create_s3_metadata_group(store: Path, count: int) -> None:
+    """A v3 group of ``count`` arrays with no chunks, consolidated: zarr-python creates
+    the first, the others are copies of its zarr.json (as write_metadata_group)."""
+    zarr.open_group(str(store), mode="w", zarr_format=3)
+    zarr.create_array(
+        store=str(store / "a0000"),
+        shape=(CHUNK_ROWS, COLUMNS),
+        chunks=(CHUNK_ROWS, COLUMNS),
+        dtype="<f4",
+        zarr_format=3,
+        compressors=blosc_lz4_v3(),
+        fill_value=0.0,
+    )
+    doc = json.loads((store / "a0000" / "zarr.json").read_text())
+    for i in range(count):
+        directory = store / f"a{i:04d}"
+        directory.mkdir(exist_ok=True)
+        (directory / "zarr.json").write_text(json.dumps({**doc, "attributes": {"index": i}}))
+    consolidate_v3(store)
+
+
+def obstore_ceiling(prefix: str, chunks: int) -> float:
+    """Seconds for every chunk of ``arr`` fetched by obstore alone (32 GETs in flight,
+    nothing decoded): what the server can serve to one client."""
+    import obstore
+
+    bucket = obstore_bucket(prefix)
+    keys = [f"arr/c/{c}/0" for c in range(chunks)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(32) as pool:
+        sizes = list(pool.map(lambda k: len(obstore.get(bucket, k).bytes()), keys))
+    elapsed = time.perf_counter() - start
+    if len(sizes) != chunks or not all(sizes):
+        raise BenchError("s3: obstore fetched empty chunks")
+    return elapsed
+
+
+def zarr_python_s3_read(prefix: str) -> tuple[np.ndarray, float]:
+    """The whole array ``arr`` read by zarr-python 3 through zarr.storage.ObjectStore
+    over obstore's S3Store (opened fresh), and the seconds of ``z[:]`` alone."""
+    store = zarr.storage.ObjectStore(obstore_bucket(prefix), read_only=True)
+    z = zarr.open_array(store, path="arr", mode="r")
+    start = time.perf_counter()
+    out = z[:]
+    return out, time.perf_counter() - start
+
+
+def s3_dd(url: str, work: Path, data: np.ndarray, what: str) -> float:
+    """Seconds of ``dd bs=1M`` of arr/array.raw on a fresh mount of ``url``."""
+    with mounted(url, log_dir=work) as m:
+        raw = m / "arr" / "array.raw"
+        if not raw.is_file():
+            raise BenchError(f"{what}: no arr/array.raw under the mount\n{log_tail(m.log())}")
+        elapsed = dd(m, raw, "/dev/null")
+        check_file(raw, data, what)
+    return elapsed
+
+
+def s3_read(b: Bench, server: S3Server, failures: list[str]) -> list[Result]:
+    from tests.fault_proxy import FaultProxy
+
+    mb = min(max(b.size_mb, S3_MIN_MB), S3_MAX_MB)
+    data = make_data(mb * MiB // (COLUMNS * 4), noise=0.01)
+    prefix = "read.zarr"
+    store = b.work / "s3-read.zarr"
+    create_s3_store(store, data)
+    start = time.perf_counter()
+    sent = server.upload(store, prefix)
+    print(
+        f"  v3 float32 {data.shape} = {mb} MiB, chunks ({CHUNK_ROWS}, {COLUMNS}), "
+        f"blosc-lz4: {sent / MiB:.0f} MiB uploaded to moto in "
+        f"{time.perf_counter() - start:.1f} s (untimed)"
+    )
+    shutil.rmtree(store)
+    url = f"s3://{S3_BUCKET}/{prefix}"
+    chunks = data.shape[0] // CHUNK_ROWS
+    ceiling = mb / obstore_ceiling(prefix, chunks)
+    print(
+        f"  obstore alone, {chunks} GETs 32 at a time: {ceiling:.1f} MiB/s (compressed "
+        f"{sent / MiB / (mb / ceiling):.1f} MiB/s)"
+    )
+    # moto's rate drifts from one second to the next: the two sides take turns, and
+    # each one's best round counts.
+    zp_rates: list[float] = []
+    fs_rates: list[float] = []
+    failed = False
+    for n in range(S3_ROUNDS):
+        out, zp_time = zarr_python_s3_read(prefix)
+        if not same_bits(out, data):
+            raise BenchError("s3 read: zarr-python read other values than were stored")
+        del out
+        zp_rates.append(mb / zp_time)
+        fs_text = "failed"
+        if not failed:
+            try:
+                fs_rates.append(mb / s3_dd(url, b.work, data, "s3 read"))
+                fs_text = f"{fs_rates[-1]:.1f} MiB/s"
+            except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+                failures.append(f"zarrfs read: {e}")
+                failed = True
+        print(f"  round {n + 1}: zarr-python z[:] {zp_rates[-1]:.1f} MiB/s; zarrfs dd {fs_text}")
+    zp_rate = max(zp_rates)
+    fs_rate = None if failed else max(fs_rates)
+    results: list[Result] = []
+    if fs_rate is not None:
+        results.append(versus("s3 read-seq", fs_rate, zp_rate, "MiB/s", S3_TARGETS["read"]))
+        results.append(
+            Result(
+                "s3 read-seq vs obstore GETs alone",
+                fmt(fs_rate, "MiB/s"),
+                fmt(ceiling, "MiB/s"),
+                fs_rate / ceiling,
+                "(reference)",
+                True,
+            )
+        )
+    host, port = server.endpoint.removeprefix("http://").split(":")
+    proxy = FaultProxy((host, int(port)), http=True)
+    try:
+        rates = {}
+        with s3_endpoint(proxy.url.rstrip("/")):
+            for delay in (0.0, S3_DELAY):
+                proxy.delay = delay
+                before = proxy.requests
+                rates[delay] = mb / s3_dd(url, b.work, data, f"s3 read, {delay * 1000:.0f} ms")
+                print(
+                    f"  through the proxy, {delay * 1000:.0f} ms per request: "
+                    f"{rates[delay]:.1f} MiB/s ({proxy.requests - before} requests)"
+                )
+        direct = f", {rates[S3_DELAY] / fs_rate:.2f}x of the direct read" if fs_rate else ""
+        print(f"  delayed: {rates[S3_DELAY] / rates[0.0]:.2f}x of the proxied read{direct}")
+        results.append(
+            versus(
+                f"s3 read-seq {S3_DELAY * 1000:.0f} ms/request vs 0 ms",
+                rates[S3_DELAY],
+                rates[0.0],
+                "MiB/s",
+                S3_TARGETS["delayed"],
+            )
+        )
+    except (BenchError, AssertionError, OSError) as e:
+        failures.append(f"zarrfs read through the proxy: {e}")
+    finally:
+        proxy.stop()
+    return results
+
+
+def s3_metadata(b: Bench, server: S3Server) -> list[Result]:
+    prefix = "metadata.zarr"
+    store = b.work / "s3-metadata.zarr"
+    create_s3_metadata_group(store, S3_METADATA_ARRAYS)
+    server.upload(store, prefix)
+    shutil.rmtree(store)
+    offset = server.log.stat().st_size
+    start = time.perf_counter()
+    with mounted(f"s3://{S3_BUCKET}/{prefix}", log_dir=b.work) as m:
+        mounted_at = time.perf_counter()
+        ls = subprocess.run(["ls", "-R", str(m.path)], capture_output=True, text=True)
+        listed_at = time.perf_counter()
+        if ls.returncode:
+            raise BenchError(f"ls -R failed: {ls.stderr.strip()}\n{log_tail(m.log())}")
+        arrays = sum(1 for line in ls.stdout.splitlines() if line.endswith("array.raw"))
+        with open(m / "a0000" / "array.raw", "rb") as f:  # the first chunk read
+            f.read(PAGE)
+    if arrays != S3_METADATA_ARRAYS:
+        raise BenchError(f"s3 metadata: ls -R shows {arrays} array.raw, not {S3_METADATA_ARRAYS}")
+    requests = server.requests_since(offset)
+    chunk = re.compile(rf"^/{S3_BUCKET}/{prefix}/a\d+/c/")
+    first = next((n for n, (_, path, _) in enumerate(requests) if chunk.match(path)), None)
+    if first is None:
+        raise BenchError(f"s3 metadata: moto logged no chunk request: {requests}")
+    before = requests[:first]
+    gets = [path for method, path, _ in before if method == "GET" and "?" not in path]
+    print(
+        f"  {S3_METADATA_ARRAYS} arrays: mount (process start to mounted) "
+        f"{mounted_at - start:.2f} s + ls -R {listed_at - mounted_at:.2f} s; "
+        f"{len(before)} requests before the first chunk read: "
+        + ", ".join(f"{method} {path} {status}" for method, path, status in before)
+    )
+    return [
+        Result(
+            "s3 metadata GETs (mount+ls -R)",
+            f"{len(gets)} GET, {len(before)} requests",
+            "-",
+            None,
+            f"<= {S3_TARGETS['metadata GETs']} GET",
+            len(gets) <= S3_TARGETS["metadata GETs"],
+        )
+    ]
+
+
+def s3(b: Bench) -> list[Result]:
+    failures: list[str] = []
+    results: list[Result] = []
+    with s3_server(b.work) as server:
+        print(f"  moto S3 server at {server.endpoint}, bucket {S3_BUCKET}")
+        try:
+            results += s3_read(b, server, failures)
+        except (BenchError, AssertionError, OSError) as e:
+            failures.append(str(e))
+        try:
+            results += s3_metadata(b, server)
+        except (BenchError, AssertionError, OSError) as e:
+            failures.append(str(e))
+    if failures:
+        raise BenchError("\n  ".join(failures), results)
+    return results
+
+
 SECTIONS: dict[str, Callable[[Bench], list[Result]]] = {
     "read-seq": read_seq,
     "read-npy": read_npy,
@@ -878,6 +1218,7 @@ SECTIONS: dict[str, Callable[[Bench], list[Result]]] = {
     "write-seq": write_seq,
     "write-random": write_random,
     "sharded": sharded,
+    "s3": s3,
 }
 
 
