@@ -107,3 +107,28 @@ def test_a_missing_bucket_is_refused_in_one_line(s3_bucket: Bucket, tmp_path: Pa
         result = run_cli("mount", *detach, "s3://no-such-bucket-here/x.zarr", str(mountpoint))
         assert_one_error_line(result, "no-such-bucket-here")
         assert not os.path.ismount(mountpoint)
+
+
+def test_another_mount_sees_changes_when_it_mounts_again(s3_bucket: Bucket, tmp_path: Path) -> None:
+    """Metadata and chunks are read once per mount (docs/semantics.md, S3): a second
+    machine's mount keeps what it has seen until it mounts again."""
+    make_store(tmp_path / "local", consolidate=False)
+    upload(s3_bucket, tmp_path / "local", "s.zarr")
+    url = f"s3://{s3_bucket.name}/s.zarr"
+    more = np.full((4, 40), 9, dtype="<f4")
+    with mounted(url, "--read-only") as other:
+        seen = other.path / "plain" / "array.raw"
+        assert seen.read_bytes() == PLAIN.tobytes()
+        with mounted(url) as writer:
+            raw = writer.path / "plain" / "array.raw"
+            with open(raw, "r+b") as f:
+                f.write(np.zeros(40, "<f4").tobytes())  # row 0 of chunk 0
+                f.seek(0, os.SEEK_END)
+                f.write(more.tobytes())  # 4 more rows: a new shape
+                os.fsync(f.fileno())
+        assert os.path.getsize(seen) == PLAIN.nbytes  # the shape it mounted with
+        assert seen.read_bytes() == PLAIN.tobytes()  # chunk 0 as first read
+    with mounted(url, "--read-only") as again:
+        new = np.concatenate([PLAIN, more])
+        new[0] = 0
+        assert (again.path / "plain" / "array.raw").read_bytes() == new.tobytes()
