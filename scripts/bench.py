@@ -30,16 +30,19 @@ side by side with its reference in the same run, on the same store:
   (zarrfs shows no array.raw for the array, say) is an error of the section; the
   figures of the others are still reported.
 - s3: a v3 array (float32, chunks of 1 MiB, blosc-lz4, ``--size-mb`` clamped to
-  128..256 MiB, consolidated) uploaded to a moto S3 server that the section starts on
-  127.0.0.1, mounted as s3://bucket/prefix: ``dd bs=1M`` of array.raw on a fresh mount
-  vs zarr-python ``z[:]`` through ``zarr.storage.ObjectStore`` over obstore's S3Store,
-  zarrfs's own client (target >= 1.0x; the best of 2 alternating rounds of each;
-  obstore's concurrent GETs alone printed as the server's ceiling); the same dd with
-  20 ms added to every request by tests/fault_proxy.py vs through the proxy with none
-  (target >= 0.7x); and mount + ``ls -R`` of a consolidated group of 1000 arrays: the
-  object GETs (moto's request log) before the first chunk is read (target <= 1). moto
-  (Python, one request at a time in its dispatcher) serves some tens to a hundred-odd
-  MiB/s and may bound both sides: the absolute figures are printed too.
+  128..256 MiB, consolidated) mounted as s3://bucket/prefix from S3 servers that the
+  section starts on 127.0.0.1. First from scripts/s3_server.py (a read-only S3 look-
+  alike serving the store's directory, a worker process per CPU, bodies by sendfile,
+  fast enough not to bound either side): ``dd bs=1M`` of array.raw on a fresh mount vs
+  zarr-python ``z[:]`` through ``zarr.storage.ObjectStore`` over obstore's S3Store,
+  zarrfs's own client (target >= 1.0x; the best of 3 alternating rounds of each;
+  obstore's concurrent GETs alone, 8 and 32 at a time, printed as the server's
+  ceiling). Then from moto, the store uploaded to it: the same comparison once, for
+  reference (moto, Python answering one request at a time in its dispatcher, serves
+  some 100-200 MiB/s and bounds both sides); the same dd with 20 ms added to every
+  request by tests/fault_proxy.py vs through the proxy with none (target >= 0.7x);
+  and mount + ``ls -R`` of a consolidated group of 1000 arrays: the object GETs
+  (moto's request log) before the first chunk is read (target <= 1).
 
 Reads see the store's compressed files warm in the OS page cache (each store is read
 once beforehand): dropping the page cache is not portable, so both sides get it warm.
@@ -58,7 +61,9 @@ import json
 import os
 import random
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -890,7 +895,7 @@ def sharded(b: Bench) -> list[Result]:
     return results
 
 
-# -- S3 (a moto server on loopback) -------------------------------------------------------
+# -- S3 (servers on loopback: scripts/s3_server.py and moto) -----------------------------
 
 S3_MIN_MB, S3_MAX_MB = 128, 256
 S3_BUCKET = "zarrfs-bench"
@@ -898,7 +903,11 @@ S3_DELAY = 0.02  # seconds the proxy adds to every request
 S3_METADATA_ARRAYS = 1000
 S3_TARGETS = {"read": 1.0, "delayed": 0.7, "metadata GETs": 1}
 S3_UPLOADERS = 8
-S3_ROUNDS = 2  # of the read-seq comparison, alternating
+S3_ROUNDS = 3  # of the read-seq comparison on scripts/s3_server.py, alternating
+S3_MOTO_ROUNDS = 1  # of the same comparison on moto (a reference)
+S3_CEILING_THREADS = (8, 32)  # obstore GETs in flight, for the server's ceiling
+S3_SERVER = REPO / "scripts" / "s3_server.py"
+S3_SERVER_STARTUP = 10.0  # seconds it may take to listen
 # A request line of the werkzeug log moto writes: "GET /bucket/key?query HTTP/1.1" 200
 # (other statuses than 200 in color: ANSI escapes, dropped first).
 _MOTO_REQUEST = re.compile(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
@@ -955,6 +964,44 @@ def s3_server(work: Path) -> Iterator[S3Server]:
             yield S3Server(endpoint, log, s3)
     finally:
         _stop(process)
+
+
+@contextmanager
+def fast_s3_server(root: Path, work: Path) -> Iterator[str]:
+    """scripts/s3_server.py serving the directory ``root`` as bucket S3_BUCKET on a
+    free port of 127.0.0.1 (a worker process per CPU): its endpoint URL. It runs in a
+    process group of its own, killed at the end by the server's PID, errors or not."""
+    log = work / "s3_server.log"
+    with log.open("ab") as err:
+        process = subprocess.Popen(
+            [sys.executable, str(S3_SERVER), str(root), "--bucket", S3_BUCKET],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        assert process.stdout is not None
+        # The server prints its URL once it listens, and nothing more.
+        ready, _, _ = select.select([process.stdout], [], [], S3_SERVER_STARTUP)
+        endpoint = process.stdout.readline().decode().strip() if ready else ""
+        if not endpoint.startswith("http://127.0.0.1:"):
+            tail = log.read_text(errors="replace")[-2000:]
+            raise BenchError(f"s3: {S3_SERVER.name} did not come up; its log ends:\n{tail}")
+        yield endpoint
+    finally:
+        # The group is that of our child, which is not waited for yet: its PID (so
+        # the group's id) cannot have been reused.
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(10)
+        except ProcessLookupError:
+            process.wait()
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 @contextmanager
@@ -1020,15 +1067,15 @@ def create_s3_metadata_group(store: Path, count: int) -> None:
     consolidate_v3(store)
 
 
-def obstore_ceiling(prefix: str, chunks: int) -> float:
-    """Seconds for every chunk of ``arr`` fetched by obstore alone (32 GETs in flight,
-    nothing decoded): what the server can serve to one client."""
+def obstore_ceiling(prefix: str, chunks: int, threads: int = 32) -> float:
+    """Seconds for every chunk of ``arr`` fetched by obstore alone (``threads`` GETs in
+    flight, nothing decoded): what the server can serve to one client."""
     import obstore
 
     bucket = obstore_bucket(prefix)
     keys = [f"arr/c/{c}/0" for c in range(chunks)]
     start = time.perf_counter()
-    with ThreadPoolExecutor(32) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         sizes = list(pool.map(lambda k: len(obstore.get(bucket, k).bytes()), keys))
     elapsed = time.perf_counter() - start
     if len(sizes) != chunks or not all(sizes):
@@ -1057,64 +1104,125 @@ def s3_dd(url: str, work: Path, data: np.ndarray, what: str) -> float:
     return elapsed
 
 
-def s3_read(b: Bench, server: S3Server, failures: list[str]) -> list[Result]:
-    from tests.fault_proxy import FaultProxy
+@dataclass
+class S3Reads:
+    """The read-seq comparison on one server: each side's best round (MiB/s; zarrfs
+    None where it failed) and obstore's ceiling (MiB/s)."""
 
-    mb = min(max(b.size_mb, S3_MIN_MB), S3_MAX_MB)
-    data = make_data(mb * MiB // (COLUMNS * 4), noise=0.01)
-    prefix = "read.zarr"
-    store = b.work / "s3-read.zarr"
-    create_s3_store(store, data)
-    start = time.perf_counter()
-    sent = server.upload(store, prefix)
-    print(
-        f"  v3 float32 {data.shape} = {mb} MiB, chunks ({CHUNK_ROWS}, {COLUMNS}), "
-        f"blosc-lz4: {sent / MiB:.0f} MiB uploaded to moto in "
-        f"{time.perf_counter() - start:.1f} s (untimed)"
-    )
-    shutil.rmtree(store)
-    url = f"s3://{S3_BUCKET}/{prefix}"
+    fs_rate: float | None
+    zp_rate: float
+    ceiling: float
+
+
+def s3_read_comparison(
+    b: Bench,
+    server: str,
+    url: str,
+    data: np.ndarray,
+    mb: int,
+    compressed: int,
+    rounds: int,
+    failures: list[str],
+) -> S3Reads:
+    """obstore's ceiling, then ``rounds`` alternating rounds of zarr-python ``z[:]`` and
+    zarrfs ``dd`` of ``url`` (s3://bucket/prefix), all from the server that
+    AWS_ENDPOINT_URL names now (``server``: its name, for messages)."""
+    prefix = url.removeprefix(f"s3://{S3_BUCKET}/")
     chunks = data.shape[0] // CHUNK_ROWS
-    ceiling = mb / obstore_ceiling(prefix, chunks)
+    ceilings = {n: mb / obstore_ceiling(prefix, chunks, n) for n in S3_CEILING_THREADS}
+    ceiling = max(ceilings.values())
     print(
-        f"  obstore alone, {chunks} GETs 32 at a time: {ceiling:.1f} MiB/s (compressed "
-        f"{sent / MiB / (mb / ceiling):.1f} MiB/s)"
+        f"  obstore alone, {chunks} GETs: "
+        + ", ".join(
+            f"{n} at a time {rate:.1f} MiB/s (compressed {compressed / MiB / (mb / rate):.1f})"
+            for n, rate in ceilings.items()
+        )
     )
-    # moto's rate drifts from one second to the next: the two sides take turns, and
-    # each one's best round counts.
+    # The two sides take turns (a server's rate drifts), and each one's best round counts.
     zp_rates: list[float] = []
     fs_rates: list[float] = []
     failed = False
-    for n in range(S3_ROUNDS):
+    for n in range(rounds):
         out, zp_time = zarr_python_s3_read(prefix)
         if not same_bits(out, data):
-            raise BenchError("s3 read: zarr-python read other values than were stored")
+            raise BenchError(f"s3 read ({server}): zarr-python read other values than were stored")
         del out
         zp_rates.append(mb / zp_time)
         fs_text = "failed"
         if not failed:
             try:
-                fs_rates.append(mb / s3_dd(url, b.work, data, "s3 read"))
+                fs_rates.append(mb / s3_dd(url, b.work, data, f"s3 read ({server})"))
                 fs_text = f"{fs_rates[-1]:.1f} MiB/s"
             except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
-                failures.append(f"zarrfs read: {e}")
+                failures.append(f"zarrfs read ({server}): {e}")
                 failed = True
         print(f"  round {n + 1}: zarr-python z[:] {zp_rates[-1]:.1f} MiB/s; zarrfs dd {fs_text}")
-    zp_rate = max(zp_rates)
-    fs_rate = None if failed else max(fs_rates)
-    results: list[Result] = []
-    if fs_rate is not None:
-        results.append(versus("s3 read-seq", fs_rate, zp_rate, "MiB/s", S3_TARGETS["read"]))
-        results.append(
-            Result(
-                "s3 read-seq vs obstore GETs alone",
-                fmt(fs_rate, "MiB/s"),
-                fmt(ceiling, "MiB/s"),
-                fs_rate / ceiling,
-                "(reference)",
-                True,
-            )
+    return S3Reads(None if failed else max(fs_rates), max(zp_rates), ceiling)
+
+
+def s3_read(b: Bench, server: S3Server, failures: list[str], results: list[Result]) -> None:
+    """The read-seq comparisons on scripts/s3_server.py then on moto, and the read
+    through the fault proxy (in front of moto); figures are added to ``results`` as
+    they come, so that a failure later keeps them."""
+    from tests.fault_proxy import FaultProxy
+
+    mb = min(max(b.size_mb, S3_MIN_MB), S3_MAX_MB)
+    data = make_data(mb * MiB // (COLUMNS * 4), noise=0.01)
+    prefix = "read.zarr"
+    url = f"s3://{S3_BUCKET}/{prefix}"
+    # The bucket's directory for scripts/s3_server.py; the same files go to moto.
+    root = b.work / "s3-bucket"
+    store = root / prefix
+    try:
+        create_s3_store(store, data)
+        compressed = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+        print(
+            f"  v3 float32 {data.shape} = {mb} MiB, chunks ({CHUNK_ROWS}, {COLUMNS}), "
+            f"blosc-lz4: {compressed / MiB:.0f} MiB of objects"
         )
+        with fast_s3_server(root, b.work) as endpoint, s3_endpoint(endpoint):
+            print(
+                f"  {S3_SERVER.name} at {endpoint} ({os.cpu_count()} worker processes), "
+                "serving the store's directory:"
+            )
+            fast = s3_read_comparison(
+                b, S3_SERVER.name, url, data, mb, compressed, S3_ROUNDS, failures
+            )
+        if fast.fs_rate is not None:
+            results.append(
+                versus("s3 read-seq", fast.fs_rate, fast.zp_rate, "MiB/s", S3_TARGETS["read"])
+            )
+            results.append(
+                Result(
+                    "s3 read-seq vs obstore GETs alone",
+                    fmt(fast.fs_rate, "MiB/s"),
+                    fmt(fast.ceiling, "MiB/s"),
+                    fast.fs_rate / fast.ceiling,
+                    "(reference)",
+                    True,
+                )
+            )
+        start = time.perf_counter()
+        sent = server.upload(store, prefix)
+        print(
+            f"  moto at {server.endpoint}: {sent / MiB:.0f} MiB uploaded in "
+            f"{time.perf_counter() - start:.1f} s (untimed)"
+        )
+        moto = s3_read_comparison(b, "moto", url, data, mb, compressed, S3_MOTO_ROUNDS, failures)
+        if moto.fs_rate is not None:
+            results.append(
+                Result(
+                    "s3 read-seq on moto",
+                    fmt(moto.fs_rate, "MiB/s"),
+                    fmt(moto.zp_rate, "MiB/s"),
+                    moto.fs_rate / moto.zp_rate,
+                    "(reference)",
+                    True,
+                )
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    fs_rate = moto.fs_rate
     host, port = server.endpoint.removeprefix("http://").split(":")
     proxy = FaultProxy((host, int(port)), http=True)
     try:
@@ -1125,7 +1233,7 @@ def s3_read(b: Bench, server: S3Server, failures: list[str]) -> list[Result]:
                 before = proxy.requests
                 rates[delay] = mb / s3_dd(url, b.work, data, f"s3 read, {delay * 1000:.0f} ms")
                 print(
-                    f"  through the proxy, {delay * 1000:.0f} ms per request: "
+                    f"  moto through the proxy, {delay * 1000:.0f} ms per request: "
                     f"{rates[delay]:.1f} MiB/s ({proxy.requests - before} requests)"
                 )
         direct = f", {rates[S3_DELAY] / fs_rate:.2f}x of the direct read" if fs_rate else ""
@@ -1143,7 +1251,6 @@ def s3_read(b: Bench, server: S3Server, failures: list[str]) -> list[Result]:
         failures.append(f"zarrfs read through the proxy: {e}")
     finally:
         proxy.stop()
-    return results
 
 
 def s3_metadata(b: Bench, server: S3Server) -> list[Result]:
@@ -1196,7 +1303,7 @@ def s3(b: Bench) -> list[Result]:
     with s3_server(b.work) as server:
         print(f"  moto S3 server at {server.endpoint}, bucket {S3_BUCKET}")
         try:
-            results += s3_read(b, server, failures)
+            s3_read(b, server, failures, results)
         except (BenchError, AssertionError, OSError) as e:
             failures.append(str(e))
         try:
