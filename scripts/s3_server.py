@@ -190,48 +190,35 @@ def list_entries(
     if directory_part and "" in directory_part.split("/"):
         return []  # "a//b": no file path has an empty component
     directory = os.path.join(bucket.root, *directory_part.split("/")) if base else str(bucket.root)
-    entries: list[tuple[str, os.stat_result | None]]
-    if delimiter == "/":
-        # One directory level: files are keys, directories holding a file prefixes.
-        entries = []
-        try:
-            with os.scandir(directory) as listed:
-                for entry in listed:
-                    if not entry.name.startswith(name_start):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        if _has_file(entry.path):
-                            entries.append((base + entry.name + "/", None))
-                    elif entry.is_file(follow_symlinks=False):
-                        with contextlib.suppress(OSError):
-                            entries.append((base + entry.name, entry.stat()))
-        except OSError:
-            return []
-    else:
-        found = []
-        try:
-            with os.scandir(directory) as listed:
-                for entry in listed:
-                    if not entry.name.startswith(name_start):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        found += _walk(entry.path, base + entry.name + "/")
-                    elif entry.is_file(follow_symlinks=False):
-                        with contextlib.suppress(OSError):
-                            found.append((base + entry.name, entry.stat()))
-        except OSError:
-            return []
-        if delimiter:
-            grouped: dict[str, os.stat_result | None] = {}
-            for key, st in found:
-                cut = key.find(delimiter, len(prefix))
-                if cut < 0:
-                    grouped[key] = st
-                else:
-                    grouped.setdefault(key[: cut + len(delimiter)], None)
-            entries = list(grouped.items())
-        else:
-            entries = found
+    entries: list[tuple[str, os.stat_result | None]] = []
+    # One directory level with "/": files are keys, directories holding a file
+    # prefixes; otherwise every file below, grouped by the delimiter afterwards.
+    one_level = delimiter == "/"
+    try:
+        with os.scandir(directory) as listed:
+            for entry in listed:
+                if not entry.name.startswith(name_start):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    below = base + entry.name + "/"
+                    if not one_level:
+                        entries += _walk(entry.path, below)
+                    elif _has_file(entry.path):
+                        entries.append((below, None))
+                elif entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        entries.append((base + entry.name, entry.stat()))
+    except OSError:
+        return []
+    if not one_level and delimiter:
+        grouped: dict[str, os.stat_result | None] = {}
+        for key, st in entries:
+            cut = key.find(delimiter, len(prefix))
+            if cut < 0:
+                grouped[key] = st
+            else:
+                grouped.setdefault(key[: cut + len(delimiter)], None)
+        entries = list(grouped.items())
     entries.sort(key=lambda e: e[0].encode("utf-8", "surrogateescape"))
     return entries
 
