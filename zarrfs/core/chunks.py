@@ -9,6 +9,7 @@ chunk is in flight at a time (single-flight): later requesters wait for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -59,7 +60,7 @@ _ABSENT = object()
 # prefix (no store key holds a NUL): one LRU and one budget for both.
 _INDEX = "\0"
 # What a fetch brings: (the key it came from, its stored bytes), or None.
-Fetched = tuple[str, bytes] | None
+Fetched = tuple[str, bytes | memoryview] | None
 
 
 def index_key(path: str, shard: Index) -> ChunkKey:
@@ -241,18 +242,35 @@ class ChunkCache:
             )
             return flight
 
-        def fetched(result: outcome.Outcome) -> None:  # in the trio thread
-            if isinstance(result, outcome.Error):
-                finish(result)
+        token = trio.lowlevel.current_trio_token()
+        decoders = self.pool
+
+        def fetch() -> None:  # in a fetch thread
+            try:
+                data = self._fetch(meta, index, where)
+            except BaseException as e:  # the flight must end, whatever went wrong
+                # Handed over as an outcome, as a pool hands any job's exception.
+                failed = outcome.Error(e)
+                del e
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(finish, failed)
                 return
-            data = result.unwrap()
-            self.pool.submit(
-                self._decode_fetched, meta, index, data, spare, priority=priority, on_done=finish
+            # Straight to the decoders, from this thread: the trio loop sees the
+            # chunk once, decoded.
+            decoders.submit_from_thread(
+                token,
+                self._decode_fetched,
+                meta,
+                index,
+                data,
+                spare,
+                priority=priority,
+                on_done=finish,
             )
 
         # A remote store's requests wait on the network: many at once, in a pool of
         # their own, and the decode workers take each as it arrives.
-        self.fetch_pool.submit(self._fetch, meta, index, where, priority=priority, on_done=fetched)
+        self.fetch_pool.submit(fetch, priority=priority, on_done=_ignore)
         return flight
 
     def _finisher(
@@ -360,7 +378,7 @@ class ChunkCache:
             return None if data is None else (where[0], data)
         for key in meta.chunk_keys(index):
             try:
-                data = self.store.get(key, limit=limit)
+                data = self.store.get_buffer(key, limit=limit)
             except InvalidValueError as e:
                 # hostile or broken content (a symlink, a FIFO, too large): the chunk is bad
                 reason = str(e)
@@ -389,7 +407,7 @@ class ChunkCache:
         raise ChunkError(meta.display_name, key, reason)
 
     def _decode(
-        self, meta: ArrayMeta, data: bytes, out: np.ndarray | None
+        self, meta: ArrayMeta, data: bytes | memoryview, out: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None] | str:
         """Worker thread: (chunk, our buffer it lives in), or why it cannot be decoded."""
         if out is None and meta.codecs.decodes_into:
@@ -499,6 +517,10 @@ class ChunkCache:
             del self._flights[key]
         for key in [k for k in self._entries if k[0] in paths]:
             self._drop(key)
+
+
+def _ignore(result: outcome.Outcome) -> None:
+    """The end of a job that hands its result on by itself."""
 
 
 def _in_shard(

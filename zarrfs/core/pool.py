@@ -11,6 +11,7 @@ go before read-ahead: the queue is ordered by priority, then by arrival.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import queue
 import threading
@@ -24,6 +25,16 @@ T = TypeVar("T")
 
 URGENT = 0  # a reader waits for it
 BACKGROUND = 1  # read-ahead
+
+
+def _name_native_thread(name: str) -> None:
+    """Give the OS thread the pool's name (15 bytes at most), so that ``top -H``,
+    ``ps -L`` and /proc/PID/task/*/comm tell decoders from fetchers; best effort."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None)
+        libc.pthread_self.restype = ctypes.c_ulong  # a pointer-sized handle
+        libc.pthread_setname_np.argtypes = [ctypes.c_ulong, ctypes.c_char_p]
+        libc.pthread_setname_np(libc.pthread_self(), name.encode()[:15])
 
 
 class WorkerPool:
@@ -49,6 +60,7 @@ class WorkerPool:
                 self._started.append(thread)
 
     def _work(self) -> None:
+        _name_native_thread(threading.current_thread().name)
         while True:
             _, _, job = self._queue.get()
             job()
@@ -67,8 +79,22 @@ class WorkerPool:
 
         Call from the trio thread. If the loop has ended by then, the result is dropped.
         """
+        self.submit_from_thread(
+            trio.lowlevel.current_trio_token(), fn, *args, priority=priority, on_done=on_done
+        )
+
+    def submit_from_thread(
+        self,
+        token: trio.lowlevel.TrioToken,
+        fn: Callable[..., T],
+        *args: Any,
+        priority: int = URGENT,
+        on_done: Callable[[outcome.Outcome], None],
+    ) -> None:
+        """``submit`` from any thread: ``on_done`` is called in the thread of the trio
+        loop that ``token`` names (a worker hands its result on to another pool's
+        worker without a round trip through the loop)."""
         self._ensure_started()
-        token = trio.lowlevel.current_trio_token()
 
         def job() -> None:
             value = outcome.capture(fn, *args)

@@ -83,6 +83,12 @@ class Store(ABC):
         out of it) or is larger than ``limit`` bytes raises ``InvalidValueError``.
         """
 
+    def get_buffer(self, key: str, *, limit: int | None = None) -> bytes | memoryview | None:
+        """``get``, for a caller that only needs the buffer protocol (a decoder): a
+        store whose client hands over memory of its own returns a view of it rather
+        than copying it into ``bytes`` (a chunk's worth per read)."""
+        return self.get(key, limit=limit)
+
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         """Bytes [start, start + length) of the value of ``key``, or ``None`` when it
         does not exist (as for ``get``: a directory is no value either).

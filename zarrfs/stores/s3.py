@@ -128,6 +128,12 @@ class S3Store(Store):
     def get(self, key: str, *, limit: int | None = None) -> bytes | None:
         """One GET; with ``limit``, the size in its headers is checked before any of
         a larger body is read (the connection is dropped instead)."""
+        value = self.get_buffer(key, limit=limit)
+        return None if value is None else bytes(value)
+
+    def get_buffer(self, key: str, *, limit: int | None = None) -> memoryview | None:
+        """``get`` without the copy into ``bytes``: a read-only view of the body as
+        obstore received it."""
         path = _path(key)
         result = self._call("reading", key, obstore.get, self._bucket, path) if path else None
         if result is None or result is _MISSING:
@@ -140,7 +146,7 @@ class S3Store(Store):
             raise InvalidValueError(
                 f"reading {self._where(key)}: {size} bytes, more than the limit of {limit}"
             )
-        return bytes(self._call("reading", key, result.bytes))
+        return memoryview(self._call("reading", key, result.bytes))
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         check_ranges([(start, length)])
