@@ -35,9 +35,11 @@ side by side with its reference in the same run, on the same store:
   alike serving the store's directory, a worker process per CPU, bodies by sendfile,
   fast enough not to bound either side): ``dd bs=1M`` of array.raw on a fresh mount vs
   zarr-python ``z[:]`` through ``zarr.storage.ObjectStore`` over obstore's S3Store,
-  zarrfs's own client (target >= 1.0x; the best of 3 alternating rounds of each;
+  zarrfs's own client (target >= 1.0x; the best of 5 alternating rounds of each;
   obstore's concurrent GETs alone, 8 and 32 at a time, printed as the server's
-  ceiling). Then from moto, the store uploaded to it: the same comparison once, for
+  ceiling). Each round prints where the CPU went (scripts/cpumeter.py: zarr-python
+  or the daemon and dd, the server, the machine's busy and idle seconds), and the
+  ratio the two best rounds' CPU allows at equal use of the cores. Then from moto, the store uploaded to it: the same comparison once, for
   reference (moto, Python answering one request at a time in its dispatcher, serves
   some 100-200 MiB/s and bounds both sides); the same dd with 20 ms added to every
   request by tests/fault_proxy.py vs through the proxy with none (target >= 0.7x);
@@ -86,6 +88,7 @@ import zarr.storage
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import cpumeter  # noqa: E402
 from memfs import memfs_mounted, treefs_mounted  # noqa: E402
 
 from tests.mounting import Mounted, mounted  # noqa: E402
@@ -903,7 +906,7 @@ S3_DELAY = 0.02  # seconds the proxy adds to every request
 S3_METADATA_ARRAYS = 1000
 S3_TARGETS = {"read": 1.0, "delayed": 0.7, "metadata GETs": 1}
 S3_UPLOADERS = 8
-S3_ROUNDS = 3  # of the read-seq comparison on scripts/s3_server.py, alternating
+S3_ROUNDS = 5  # of the read-seq comparison on scripts/s3_server.py, alternating
 S3_MOTO_ROUNDS = 1  # of the same comparison on moto (a reference)
 S3_CEILING_THREADS = (8, 32)  # obstore GETs in flight, for the server's ceiling
 S3_SERVER = REPO / "scripts" / "s3_server.py"
@@ -967,10 +970,11 @@ def s3_server(work: Path) -> Iterator[S3Server]:
 
 
 @contextmanager
-def fast_s3_server(root: Path, work: Path) -> Iterator[str]:
+def fast_s3_server(root: Path, work: Path) -> Iterator[tuple[str, int]]:
     """scripts/s3_server.py serving the directory ``root`` as bucket S3_BUCKET on a
-    free port of 127.0.0.1 (a worker process per CPU): its endpoint URL. It runs in a
-    process group of its own, killed at the end by the server's PID, errors or not."""
+    free port of 127.0.0.1 (a worker process per CPU): its endpoint URL, and its
+    process group (for its CPU time). It runs in a process group of its own, killed
+    at the end by the server's PID, errors or not."""
     log = work / "s3_server.log"
     with log.open("ab") as err:
         process = subprocess.Popen(
@@ -988,7 +992,7 @@ def fast_s3_server(root: Path, work: Path) -> Iterator[str]:
         if not endpoint.startswith("http://127.0.0.1:"):
             tail = log.read_text(errors="replace")[-2000:]
             raise BenchError(f"s3: {S3_SERVER.name} did not come up; its log ends:\n{tail}")
-        yield endpoint
+        yield endpoint, process.pid
     finally:
         # The group is that of our child, which is not waited for yet: its PID (so
         # the group's id) cannot have been reused.
@@ -1083,35 +1087,65 @@ def obstore_ceiling(prefix: str, chunks: int, threads: int = 32) -> float:
     return elapsed
 
 
-def zarr_python_s3_read(prefix: str) -> tuple[np.ndarray, float]:
+def zarr_python_s3_read(
+    prefix: str, server: int | None = None
+) -> tuple[np.ndarray, float, cpumeter.Usage]:
     """The whole array ``arr`` read by zarr-python 3 through zarr.storage.ObjectStore
-    over obstore's S3Store (opened fresh), and the seconds of ``z[:]`` alone."""
+    over obstore's S3Store (opened fresh), the seconds of ``z[:]`` alone, and where
+    the CPU went meanwhile (``server``: the process group of the S3 server)."""
     store = zarr.storage.ObjectStore(obstore_bucket(prefix), read_only=True)
     z = zarr.open_array(store, path="arr", mode="r")
+    meter = cpumeter.Meter(pgid=server)
+    meter.start()
     start = time.perf_counter()
     out = z[:]
-    return out, time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    return out, elapsed, meter.stop()
 
 
-def s3_dd(url: str, work: Path, data: np.ndarray, what: str) -> float:
-    """Seconds of ``dd bs=1M`` of arr/array.raw on a fresh mount of ``url``."""
+def s3_dd(
+    url: str, work: Path, data: np.ndarray, what: str, server: int | None = None
+) -> tuple[float, cpumeter.Usage]:
+    """Seconds of ``dd bs=1M`` of arr/array.raw on a fresh mount of ``url``, and where
+    the CPU went meanwhile (``server``: the process group of the S3 server)."""
     with mounted(url, log_dir=work) as m:
         raw = m / "arr" / "array.raw"
         if not raw.is_file():
             raise BenchError(f"{what}: no arr/array.raw under the mount\n{log_tail(m.log())}")
+        meter = cpumeter.Meter(pid=m.process.pid, pgid=server)
+        meter.start()
         elapsed = dd(m, raw, "/dev/null")
+        usage = meter.stop()
         check_file(raw, data, what)
-    return elapsed
+    return elapsed, usage
 
 
 @dataclass
 class S3Reads:
     """The read-seq comparison on one server: each side's best round (MiB/s; zarrfs
-    None where it failed) and obstore's ceiling (MiB/s)."""
+    None where it failed), obstore's ceiling (MiB/s), and where the CPU went in each
+    side's best round."""
 
     fs_rate: float | None
     zp_rate: float
     ceiling: float
+    fs_cpu: cpumeter.Usage | None = None
+    zp_cpu: cpumeter.Usage | None = None
+
+    def bound(self) -> str:
+        """What the CPU allows: the machine's busy seconds in zarr-python's best round
+        over those in zarrfs's is the ratio the two reach when both keep the cores
+        equally busy (on a machine shared with the server, each side's rate is
+        bound by the CPU it and the server spend per byte)."""
+        if self.fs_cpu is None or self.zp_cpu is None:
+            return ""
+        fs, zp = self.fs_cpu, self.zp_cpu
+        return (
+            f"CPU bound: the machine was busy {fs.busy:.2f} s for zarrfs's best round "
+            f"(daemon {fs.watched:.2f}, dd {fs.children:.2f}, server {fs.server:.2f}) and "
+            f"{zp.busy:.2f} s for zarr-python's (itself {zp.own:.2f}, server {zp.server:.2f}): "
+            f"at equal use of the cores zarrfs reaches {zp.busy / fs.busy:.2f}x"
+        )
 
 
 def s3_read_comparison(
@@ -1123,10 +1157,12 @@ def s3_read_comparison(
     compressed: int,
     rounds: int,
     failures: list[str],
+    pgid: int | None = None,
 ) -> S3Reads:
     """obstore's ceiling, then ``rounds`` alternating rounds of zarr-python ``z[:]`` and
     zarrfs ``dd`` of ``url`` (s3://bucket/prefix), all from the server that
-    AWS_ENDPOINT_URL names now (``server``: its name, for messages)."""
+    AWS_ENDPOINT_URL names now (``server``: its name, for messages; ``pgid``: its
+    process group, whose CPU time is shown beside each side's)."""
     prefix = url.removeprefix(f"s3://{S3_BUCKET}/")
     chunks = data.shape[0] // CHUNK_ROWS
     ceilings = {n: mb / obstore_ceiling(prefix, chunks, n) for n in S3_CEILING_THREADS}
@@ -1141,23 +1177,37 @@ def s3_read_comparison(
     # The two sides take turns (a server's rate drifts), and each one's best round counts.
     zp_rates: list[float] = []
     fs_rates: list[float] = []
+    zp_usages: list[cpumeter.Usage] = []
+    fs_usages: list[cpumeter.Usage] = []
     failed = False
     for n in range(rounds):
-        out, zp_time = zarr_python_s3_read(prefix)
+        out, zp_time, zp_cpu = zarr_python_s3_read(prefix, pgid)
         if not same_bits(out, data):
             raise BenchError(f"s3 read ({server}): zarr-python read other values than were stored")
         del out
         zp_rates.append(mb / zp_time)
-        fs_text = "failed"
+        zp_usages.append(zp_cpu)
+        fs_text, fs_cpu = "failed", None
         if not failed:
             try:
-                fs_rates.append(mb / s3_dd(url, b.work, data, f"s3 read ({server})"))
+                fs_time, fs_cpu = s3_dd(url, b.work, data, f"s3 read ({server})", pgid)
+                fs_rates.append(mb / fs_time)
+                fs_usages.append(fs_cpu)
                 fs_text = f"{fs_rates[-1]:.1f} MiB/s"
             except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
                 failures.append(f"zarrfs read ({server}): {e}")
                 failed = True
         print(f"  round {n + 1}: zarr-python z[:] {zp_rates[-1]:.1f} MiB/s; zarrfs dd {fs_text}")
-    return S3Reads(None if failed else max(fs_rates), max(zp_rates), ceiling)
+        print(f"    zarr-python {zp_cpu.describe('zarr-python', None, None)}")
+        if fs_cpu is not None:
+            print(f"    zarrfs {fs_cpu.describe(None, 'daemon', 'dd')}")
+    if failed:
+        return S3Reads(None, max(zp_rates), ceiling)
+    best_fs = fs_rates.index(max(fs_rates))
+    best_zp = zp_rates.index(max(zp_rates))
+    return S3Reads(
+        fs_rates[best_fs], zp_rates[best_zp], ceiling, fs_usages[best_fs], zp_usages[best_zp]
+    )
 
 
 def s3_read(b: Bench, server: S3Server, failures: list[str], results: list[Result]) -> None:
@@ -1180,18 +1230,19 @@ def s3_read(b: Bench, server: S3Server, failures: list[str], results: list[Resul
             f"  v3 float32 {data.shape} = {mb} MiB, chunks ({CHUNK_ROWS}, {COLUMNS}), "
             f"blosc-lz4: {compressed / MiB:.0f} MiB of objects"
         )
-        with fast_s3_server(root, b.work) as endpoint, s3_endpoint(endpoint):
+        with fast_s3_server(root, b.work) as (endpoint, pgid), s3_endpoint(endpoint):
             print(
                 f"  {S3_SERVER.name} at {endpoint} ({os.cpu_count()} worker processes), "
                 "serving the store's directory:"
             )
             fast = s3_read_comparison(
-                b, S3_SERVER.name, url, data, mb, compressed, S3_ROUNDS, failures
+                b, S3_SERVER.name, url, data, mb, compressed, S3_ROUNDS, failures, pgid
             )
         if fast.fs_rate is not None:
             results.append(
                 versus("s3 read-seq", fast.fs_rate, fast.zp_rate, "MiB/s", S3_TARGETS["read"])
             )
+            print(f"  {fast.bound()}")
             results.append(
                 Result(
                     "s3 read-seq vs obstore GETs alone",
@@ -1231,7 +1282,8 @@ def s3_read(b: Bench, server: S3Server, failures: list[str], results: list[Resul
             for delay in (0.0, S3_DELAY):
                 proxy.delay = delay
                 before = proxy.requests
-                rates[delay] = mb / s3_dd(url, b.work, data, f"s3 read, {delay * 1000:.0f} ms")
+                seconds, _ = s3_dd(url, b.work, data, f"s3 read, {delay * 1000:.0f} ms")
+                rates[delay] = mb / seconds
                 print(
                     f"  moto through the proxy, {delay * 1000:.0f} ms per request: "
                     f"{rates[delay]:.1f} MiB/s ({proxy.requests - before} requests)"
