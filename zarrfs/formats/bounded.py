@@ -7,7 +7,9 @@ gigabytes. Here each compressor numcodecs knows, by codec_id, yields at most
 ``limit`` bytes and fails as soon as it would yield more, having allocated little
 beyond ``limit``. The codec objects still come from numcodecs' registry: only the
 decompression call is replaced, with its parameters read from the codec object,
-and the bytes produced are the ones numcodecs' own ``decode`` produces.
+and the bytes produced are the ones numcodecs' own ``decode`` produces. zlib and
+gzip chunks go through libdeflate first (inflate.py), which hands back to the
+streams here whatever it is not certain to decode as they do.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ import numpy as np
 from numcodecs.abc import Codec
 from numcodecs.compat import ensure_contiguous_ndarray, ensure_ndarray_like
 
+from zarrfs.formats import inflate
+
 # Compressors decoded here; any other codec decodes as numcodecs does, checked after.
 BOUNDED_CODECS = frozenset({"blosc", "zlib", "gzip", "zstd", "lz4", "bz2", "lzma"})
+# Of those, the ones libdeflate tries first (inflate.py).
+_INFLATED = frozenset({"zlib", "gzip"})
 
 # An xz or lzma-alone header asking for a larger dictionary is refused: liblzma
 # allocates the whole dictionary up front, whatever the data. xz -9e needs 64 MiB.
@@ -61,6 +67,12 @@ def decompress(codec: Codec, data: Any, limit: int, out: np.ndarray | None = Non
             raise too_large(limit)
         return result
     view = _byte_view(data)
+    if codec_id in _INFLATED:
+        # libdeflate, twice zlib's speed, where it is certain to give what _zlib and
+        # _gzip give; they decode whatever it hands back, errors and all
+        result = inflate.inflate(view, limit, out, gzip=codec_id == "gzip")
+        if result is not None:
+            return result
     if codec_id in _STREAMS:
         sink = _Sink(limit, out)
         _STREAMS[codec_id](codec, view, sink)
