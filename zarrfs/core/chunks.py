@@ -25,6 +25,7 @@ import trio
 
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.core.shardread import Where, fetch_inner, load_index
+from zarrfs.core.stripes import STRIPE, Stripes
 from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
 from zarrfs.formats.codecs import size_bound
 from zarrfs.formats.layout import Index
@@ -129,6 +130,7 @@ class ChunkCache:
         # Shards being replaced by write-back: their inner chunks wait to be read
         # until the new shard (and its index) is in place.
         self._replacing: dict[ChunkKey, trio.Event] = {}
+        self.stripes = Stripes(self)
 
     @property
     def nbytes(self) -> int:
@@ -219,7 +221,13 @@ class ChunkCache:
         return flight
 
     def _start(
-        self, meta: ArrayMeta, index: Index, priority: int, where: Where | None = None
+        self,
+        meta: ArrayMeta,
+        index: Index,
+        priority: int,
+        where: Where | None = None,
+        *,
+        prefetched: bool = False,
     ) -> _Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more."""
         key = (meta.path, index)
@@ -232,7 +240,7 @@ class ChunkCache:
         flight = _Flight(background=priority == BACKGROUND)
         self._flights[key] = flight
         self.loads += 1
-        finish = self._finisher(key, flight, priority, counted=True)
+        finish = self._finisher(key, flight, priority, counted=prefetched)
         # The buffer goes in a list that the load empties: a worker thread holds its
         # last job's arguments until it takes the next, and must not hold the buffer.
         spare = [out] if out is not None else []
@@ -276,8 +284,10 @@ class ChunkCache:
     def _finisher(
         self, key: ChunkKey, flight: _Flight, priority: int, *, counted: bool
     ) -> Callable[[outcome.Outcome], None]:
+        """``counted``: a load prefetch() started (and counts until it ends)."""
+
         def finish(result: outcome.Outcome) -> None:  # in the trio thread
-            if priority == BACKGROUND and counted:
+            if counted:
                 self._prefetching -= 1
             if self._flights.get(key) is flight:
                 del self._flights[key]
@@ -317,6 +327,29 @@ class ChunkCache:
             return True, self._entries[key]
         return False, None
 
+    def lookup(self, key: ChunkKey, *, touch: bool = True) -> object | None:
+        """The entry cached under ``key`` (a use, unless not ``touch``), else None."""
+        found = self._entries.get(key)
+        if found is not None and touch:
+            self._entries.move_to_end(key)
+        return found
+
+    def take_buffer(self, nbytes: int) -> np.ndarray | None:
+        """A spare buffer of ``nbytes`` to assemble or decode into, if one is free."""
+        spare = self._spare.get(nbytes)
+        return spare.pop() if spare else None
+
+    def keep(self, key: ChunkKey, value: np.ndarray, buffer: np.ndarray | None) -> None:
+        """Cache ``value`` (living in ``buffer``, one of ours, given back when the
+        entry goes unreferenced)."""
+        self._drop(key)
+        self._insert(key, value)
+        if buffer is not None and key in self._entries:
+            self._backing[key] = buffer
+
+    def drop(self, key: ChunkKey) -> None:
+        self._drop(key)
+
     def has(self, path: str, index: Index) -> bool:
         """Cached, being loaded, or known to fail: a read-ahead would add nothing."""
         key = (path, index)
@@ -351,7 +384,7 @@ class ChunkCache:
             where = (meta.shards.shard_keys(shard)[0], *span)
         self._prefetching += 1
         self.prefetches += 1
-        self._start(meta, index, BACKGROUND, where)
+        self._start(meta, index, BACKGROUND, where, prefetched=True)
         return True
 
     def _load_index(self, meta: ArrayMeta, shard: Index) -> tuple[ShardIndex | None, None]:
@@ -441,6 +474,8 @@ class ChunkCache:
         references are ours is free (CPython reference counts are exact).
         """
         self._read_ahead_keys.discard(key)
+        if key[0][:1] == STRIPE:
+            self.stripes.evicted(key)
         buffer = self._backing.pop(key, None)
         if buffer is None:
             return
@@ -466,6 +501,7 @@ class ChunkCache:
         self._failures.pop(key, None)
         self._flights.pop(key, None)  # a load under way brings the old chunk: not cached
         self._drop(key)
+        self.stripes.chunk_changed(path, index)
 
     def _drop(self, key: ChunkKey) -> None:
         old = self._entries.pop(key, _ABSENT)
@@ -517,6 +553,7 @@ class ChunkCache:
             del self._flights[key]
         for key in [k for k in self._entries if k[0] in paths]:
             self._drop(key)
+        self.stripes.drop_array(path)
 
 
 def _ignore(result: outcome.Outcome) -> None:

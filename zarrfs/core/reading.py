@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import trio
 
+from zarrfs.core.pool import BACKGROUND
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats.layout import (
     Index,
@@ -24,6 +25,7 @@ from zarrfs.formats.layout import (
     plan_range,
 )
 from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.stripes import Stripe, StripeLayout, stripe_layout
 
 if TYPE_CHECKING:
     from zarrfs.core.chunks import ChunkCache
@@ -33,6 +35,14 @@ if TYPE_CHECKING:
 READ_AHEAD = 8 * 2**20
 REMOTE_READ_AHEAD = 32 * 2**20
 READ_AHEAD_CHUNKS = 4
+
+# Stripes (core/stripes.py) are at most this large, and at most an eighth of the
+# cache; a stripe with the chunks it needs must fit a quarter of the cache, or
+# reads are assembled request by request from the chunks, as before stripes.
+STRIPE_MAX = 32 * 2**20
+# Stripes assembled ahead of a stream, at most (each one is many chunks: enough
+# decoding to keep every core busy).
+STRIPES_AHEAD = 2
 
 Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no copy
 
@@ -72,12 +82,17 @@ async def read_array_bytes(cache: ChunkSource, meta: ArrayMeta, offset: int, siz
 
 
 def assemble(
-    meta: ArrayMeta, plan: RangePlan, chunks: Mapping[Index, np.ndarray | None]
+    meta: ArrayMeta,
+    plan: RangePlan,
+    chunks: Mapping[Index, np.ndarray | None],
+    out: np.ndarray | None = None,
 ) -> memoryview:
     """The plan's bytes from its chunks (None: fill value), in a fresh buffer of
-    their own (no copy to return them); no await, so atomic."""
+    their own (no copy to return them), or in ``out`` (uint8, the plan's whole
+    elements); no await, so atomic. Worker threads call it for stripes: numpy
+    copies these without the GIL."""
     void = np.dtype((np.void, meta.itemsize))
-    buf = np.empty(plan.n_elements, dtype=void)
+    buf = np.empty(plan.n_elements, dtype=void) if out is None else out.view(void)
     fill = np.frombuffer(meta.fill_bytes, dtype=void)[0]
     for index, pieces in plan.chunks.items():
         chunk = chunks[index]
@@ -98,8 +113,10 @@ class ArrayReads:
     dirty: Mapping[Index, Dirty]
     flushing: Mapping[Index, np.ndarray]
     tail: bytearray
+    low_rows: int
     _prefetched_to: int
     _released_to: int
+    _striping: tuple[ArrayMeta, int, StripeLayout | None] | None = None
 
     def is_stale(self, index: Index) -> bool:
         raise NotImplementedError
@@ -117,7 +134,8 @@ class ArrayReads:
             if run is not None:
                 out = await self._read_runs(run, offset, length)
             else:
-                out = await self._read_planned(offset, length)
+                striped = await self._read_striped(offset, length)
+                out = await self._read_planned(offset, length) if striped is None else striped
         if offset + size > stored and self.tail:
             start = max(offset - stored, 0)
             out = bytes(out) + bytes(self.tail[start : offset + size - stored])
@@ -133,6 +151,81 @@ class ArrayReads:
         indices = list(plan.chunks)
         chunks = await self._get_many(indices)
         return assemble(meta, plan, dict(zip(indices, chunks)))
+
+    # -- stripes ------------------------------------------------------------------------------
+
+    def stripe_layout(self) -> StripeLayout | None:
+        """How this array is cut into stripes; None where reads do without them
+        (chunks that are runs of array.raw are their own stripes, and a row of
+        chunks too large for the cache is read request by request)."""
+        meta, budget = self.meta, self.cache.max_bytes
+        if self._striping is not None and self._striping[:2] == (meta, budget):
+            return self._striping[2]
+        layout = None
+        if contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order) is None:
+            cap = min(STRIPE_MAX, budget // 8)
+            layout = stripe_layout(meta.shape, meta.chunks, meta.itemsize, cap)
+            if layout is not None and layout.chunk_row_nbytes + layout.max_stripe_nbytes > (
+                budget // 4
+            ):
+                layout = None
+        self._striping = (meta, budget, layout)
+        return layout
+
+    def _clean(self, layout: StripeLayout, stripe: Stripe) -> bool:
+        """No chunk of the stripe is dirty, held by a flush, or stale: the stored
+        chunks are what reads see, and a stripe may be assembled from them."""
+        end_row = (stripe.prefix[0] + 1) * self.meta.chunks[0]
+        if not self.dirty and not self.flushing and end_row <= self.low_rows:
+            return True
+        return not any(
+            index in self.dirty or index in self.flushing or self.is_stale(index)
+            for index in layout.chunk_indices(stripe)
+        )
+
+    async def _read_striped(self, offset: int, length: int) -> Buffer | None:
+        """Slices of stripes, where every stripe the range needs is cached or being
+        assembled (a stream's read-ahead started them); else None."""
+        layout = self.stripe_layout()
+        if layout is None:
+            return None
+        stripes = self.cache.stripes
+        path = self.meta.path
+        needed = []
+        position, end = offset, offset + length
+        while position < end:
+            stripe = layout.stripe_at(position)
+            if not stripes.pending(path, stripe) or not self._clean(layout, stripe):
+                return None
+            needed.append(stripe)
+            position = stripe.stop
+        pieces: list[Buffer] = []
+        for stripe in needed:
+            data = await stripes.get(self.meta, layout, stripe)
+            lo = max(offset, stripe.start) - stripe.start
+            hi = min(end, stripe.stop) - stripe.start
+            pieces.append(memoryview(data)[lo:hi])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _prefetch_stripes(self, layout: StripeLayout, offset: int) -> None:
+        """A stream at ``offset``: the stripes from there on are assembled ahead of
+        it, and those it has passed make room (the page cache holds their bytes)."""
+        meta, stripes = self.meta, self.cache.stripes
+        behind = offset - layout.max_stripe_nbytes
+        if behind > 0:
+            stripes.release_before(meta.path, behind)
+        if not self.cache.read_ahead:
+            return
+        per_stripe = layout.chunk_row_nbytes + layout.max_stripe_nbytes
+        ahead = max(1, min(STRIPES_AHEAD, self.cache.max_bytes // 4 // per_stripe))
+        position = offset
+        for _ in range(ahead + 1):
+            if position >= meta.nbytes or stripes.under_way(meta.path) > ahead:
+                return
+            stripe = layout.stripe_at(position)
+            if not stripes.pending(meta.path, stripe) and self._clean(layout, stripe):
+                stripes.start(meta, layout, stripe, BACKGROUND)
+            position = stripe.stop
 
     async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
         """The fast path: chunks are runs of array.raw, served as slices of their bytes."""
@@ -159,6 +252,11 @@ class ArrayReads:
         the cache, so read-ahead cannot evict what it loaded before it is read).
         """
         meta = self.meta
+        layout = self.stripe_layout()
+        if layout is not None:
+            if offset < meta.nbytes:
+                self._prefetch_stripes(layout, offset)
+            return
         end = min(offset + self._read_ahead_bytes(), meta.nbytes)
         ahead = self._prefetched_to
         start = ahead if offset <= ahead <= end else offset  # else: the reader jumped

@@ -1,0 +1,407 @@
+"""Stripes: runs of array.raw assembled by workers from a row of chunks (issue 13).
+
+Pure geometry first (stripes tile the array, need exactly their row of chunks),
+then assembly against numpy, then the read path through the handlers: streams
+use stripes and load each chunk once, random reads do not, writes (before,
+during and after an assembly) are seen, a corrupt chunk fails its stripe only,
+and a cache too small for a row of chunks reads as before. The mount tests are
+at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.mounting import mounted
+from tests.stores import CountingStore
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.reading import assemble
+from zarrfs.core.writeback import WriteBack
+from zarrfs.formats.layout import grid_shape, plan_range
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.stripes import stripe_layout
+from zarrfs.formats.v2 import parse_array
+from zarrfs.fuse.operations import OpenFile, Operations
+from zarrfs.tree import FileNode, Tree
+
+# -- geometry ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "itemsize", "cap", "depth", "rows"),
+    [
+        ((1000, 3000), (128, 512), 4, 4 << 20, 0, 128),  # a row of tiles fits
+        ((1000, 3000), (128, 512), 4, 24000, 0, 2),  # it does not: 2 rows a stripe
+        ((1000, 3000), (128, 512), 4, 11999, 1, 512),  # one row is over the cap
+        ((10, 20, 30), (3, 4, 5), 8, 10**6, 0, 3),
+        ((10, 20, 30), (3, 4, 5), 8, 1000, 1, 4),  # one plane is over: rows of it
+        ((7,), (3,), 2, 100, 0, 3),
+        ((7,), (3,), 2, 5, 0, 2),
+    ],
+)
+def test_stripe_layout(shape, chunks, itemsize, cap, depth, rows) -> None:
+    layout = stripe_layout(shape, chunks, itemsize, cap)
+    assert layout is not None
+    assert (layout.depth, layout.rows) == (depth, rows)
+    assert layout.max_stripe_nbytes <= cap
+
+
+@pytest.mark.parametrize(
+    ("shape", "itemsize", "cap"),
+    [((), 4, 100), ((0, 5), 4, 100), ((5, 0), 4, 100), ((3,), 16, 8)],
+)
+def test_no_stripes(shape, itemsize, cap) -> None:
+    assert stripe_layout(shape, tuple(max(1, s) for s in shape), itemsize, cap) is None
+
+
+@st.composite
+def arrays(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    ndim = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=ndim, max_size=ndim)))
+    chunks = tuple(draw(st.integers(1, s + 2)) for s in shape)
+    itemsize = draw(st.sampled_from([1, 2, 4, 8, 3]))
+    cap = draw(st.integers(itemsize, 4 * math.prod(shape) * itemsize))
+    return shape, chunks, itemsize, cap
+
+
+@given(arrays())
+@settings(max_examples=300, deadline=None)
+def test_stripes_tile_the_array_and_need_their_row_of_chunks(array) -> None:
+    shape, chunks, itemsize, cap = array
+    layout = stripe_layout(shape, chunks, itemsize, cap)
+    assert layout is not None
+    position, total = 0, math.prod(shape) * itemsize
+    while position < total:
+        stripe = layout.stripe_at(position)
+        assert stripe.start == position, "stripes follow one another with no gap"
+        assert 0 < stripe.nbytes <= layout.max_stripe_nbytes <= max(cap, itemsize)
+        assert stripe.nbytes % itemsize == 0
+        # every offset inside names the same stripe
+        assert layout.stripe_at(stripe.stop - 1) == stripe
+        assert layout.stripe_at((stripe.start + stripe.stop) // 2) == stripe
+        plan = plan_range(shape, chunks, itemsize, stripe.start, stripe.nbytes)
+        needed = layout.chunk_indices(stripe)
+        assert set(plan.chunks) == set(needed)
+        assert all(layout.holds(stripe, index) for index in needed)
+        grid = grid_shape(shape, chunks)
+        others = [i for i in np.ndindex(*grid) if tuple(i) not in set(needed)]
+        assert not any(layout.holds(stripe, tuple(i)) for i in others)
+        position = stripe.stop
+    assert position == total
+
+
+@st.composite
+def chunked(draw: st.DrawFn) -> tuple[np.ndarray, tuple[int, ...], str, int]:
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 7), min_size=ndim, max_size=ndim)))
+    chunks = tuple(draw(st.integers(1, s + 1)) for s in shape)
+    dtype = np.dtype(draw(st.sampled_from(["u1", "<i2", ">i4", "<f8", "c8", "V3"])))
+    order = draw(st.sampled_from("CF"))
+    raw = draw(
+        st.binary(
+            min_size=math.prod(shape) * dtype.itemsize, max_size=math.prod(shape) * dtype.itemsize
+        )
+    )
+    data = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    cap = draw(st.integers(dtype.itemsize, 2 * max(1, data.nbytes)))
+    return data, chunks, order, cap
+
+
+def _meta(data: np.ndarray, chunks: tuple[int, ...], order: str) -> ArrayMeta:
+    document = {
+        "zarr_format": 2,
+        "shape": list(data.shape),
+        "chunks": list(chunks),
+        "dtype": data.dtype.str if data.dtype.kind != "V" else f"|V{data.dtype.itemsize}",
+        "compressor": None,
+        "fill_value": None,
+        "order": order,
+        "filters": None,
+    }
+    return parse_array("a", json.dumps(document).encode(), None)
+
+
+@given(chunked(), st.data())
+@settings(max_examples=200, deadline=None)
+def test_stripe_assembly_matches_numpy(case, draw) -> None:
+    data, chunks, order, cap = case
+    meta = _meta(data, chunks, order)
+    layout = stripe_layout(data.shape, chunks, data.dtype.itemsize, cap)
+    assert layout is not None
+    grid = grid_shape(data.shape, chunks)
+    void = np.dtype((np.void, data.dtype.itemsize))
+    expected = data.copy().view(void)
+    fill = np.frombuffer(meta.fill_bytes, dtype=void)[0]
+    stored: dict[tuple[int, ...], np.ndarray | None] = {}
+    for index in np.ndindex(*grid):
+        region = tuple(
+            slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, data.shape)
+        )
+        if draw.draw(st.booleans(), label="missing"):
+            stored[tuple(index)] = None  # not stored: fill value
+            expected[region] = fill
+            continue
+        padded = np.zeros(chunks, dtype=data.dtype, order=order)
+        padded[tuple(slice(0, r.stop - r.start) for r in region)] = data[region]
+        stored[tuple(index)] = padded
+    flat = expected.tobytes(order="C")
+    position = 0
+    while position < len(flat):
+        stripe = layout.stripe_at(position)
+        plan = plan_range(data.shape, chunks, data.dtype.itemsize, stripe.start, stripe.nbytes)
+        out = np.empty(stripe.nbytes, dtype=np.uint8)
+        view = assemble(meta, plan, {i: stored[i] for i in plan.chunks}, out)
+        assert bytes(view) == flat[stripe.start : stripe.stop]
+        assert np.shares_memory(np.frombuffer(view, np.uint8), out), "assembled in place"
+        position = stripe.stop
+
+
+# -- through the handlers -------------------------------------------------------------------
+
+ROWS, COLUMNS, TILE_ROWS, TILE_COLUMNS = 64, 96, 8, 32  # 8 x 3 tiles of 1 KiB
+
+
+def tiled_store(root: Path, *, compressor: dict | None = None) -> np.ndarray:
+    data = np.arange(ROWS * COLUMNS, dtype="<f4").reshape(ROWS, COLUMNS)
+    z = zarr.create_array(
+        store=str(root),
+        shape=data.shape,
+        chunks=(TILE_ROWS, TILE_COLUMNS),
+        dtype="<f4",
+        zarr_format=2,
+        compressors=[compressor or {"id": "zlib", "level": 1}],
+    )
+    z[...] = data
+    return data
+
+
+def make_ops(root: Path, cache_bytes: int = 1 << 24) -> tuple[Operations, ChunkCache]:
+    store = CountingStore(str(root))
+    cache = ChunkCache(store, cache_bytes)
+    cache.read_ahead = True
+    writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
+    return Operations(Tree(store, cache, writeback), read_only=False), cache
+
+
+def open_raw(ops: Operations) -> int:
+    node = ops.tree.resolve("array.raw")
+    assert isinstance(node, FileNode)
+    return ops.files.add(OpenFile(node, 99))
+
+
+async def settle(cache: ChunkCache) -> None:
+    for _ in range(500):
+        if not cache._flights and not cache.stripes._assemblies:
+            return
+        await trio.sleep(0.01)
+    raise AssertionError("loads did not finish")
+
+
+async def stream(ops: Operations, fh: int, size: int, request: int = 1024) -> bytes:
+    out = b""
+    for offset in range(0, size, request):
+        out += bytes(await ops.read(fh, offset, request))
+    return out
+
+
+def test_a_stream_reads_tiles_through_stripes_loading_each_chunk_once(tmp_path: Path) -> None:
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+
+    async def main() -> bytes:
+        out = await stream(ops, fh, data.nbytes)
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == data.tobytes()
+    rows_of_tiles = ROWS // TILE_ROWS
+    assert cache.stripes.assembled >= rows_of_tiles - 1, "the stream did not use stripes"
+    assert cache.loads == rows_of_tiles * (COLUMNS // TILE_COLUMNS), "a chunk loaded twice"
+    assert cache.nbytes <= cache.max_bytes
+
+
+def test_random_reads_assemble_no_stripe(tmp_path: Path) -> None:
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    offsets = [9000, 100, 20000, 4096, 15000]
+
+    async def main() -> list[bytes]:
+        return [bytes(await ops.read(fh, offset, 512)) for offset in offsets]
+
+    got = trio.run(main)
+    raw = data.tobytes()
+    assert got == [raw[o : o + 512] for o in offsets]
+    assert cache.stripes.assembled == 0
+
+
+def test_a_write_drops_the_stripes_holding_its_chunk(tmp_path: Path) -> None:
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    expected = bytearray(data.tobytes())
+
+    async def main() -> None:
+        await stream(ops, fh, data.nbytes)
+        await settle(cache)
+        # Read the first rows again, as a stream: their stripes are assembled anew.
+        await stream(ops, fh, 4 * ROWS * 4 * 3)
+        await settle(cache)
+        assert cache.stripes._known, "no stripe is cached to test with"
+        # A few bytes into the first tile of row 1 (a cached stripe's chunk).
+        offset, new = TILE_ROWS * COLUMNS * 4 + 8, b"\x11" * 40
+        await ops.write(fh, offset, new)
+        expected[offset : offset + len(new)] = new
+        assert not any(s.prefix == (1,) for s, _ in cache.stripes._known.get("", {}).values())
+        assert await stream(ops, fh, data.nbytes) == bytes(expected)
+        await ops.fsync(fh, False)
+        await settle(cache)
+        assert await stream(ops, fh, data.nbytes) == bytes(expected)
+        await settle(cache)
+
+    trio.run(main)
+    stored = zarr.open_array(str(tmp_path))[...]
+    assert stored.tobytes() == bytes(expected)
+
+
+def test_a_stripe_assembled_while_a_write_lands_is_not_kept(tmp_path: Path) -> None:
+    tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    gate = threading.Event()
+    loading = threading.Event()
+    load = cache._load
+
+    def slow_load(*args):
+        old = load(*args)
+        loading.set()
+        gate.wait(10)  # the old chunk, delivered after the write
+        return old
+
+    cache._load = slow_load  # type: ignore[method-assign]
+    node = ops.tree.resolve("array.raw")
+    state = node.view.state  # type: ignore[union-attr]
+    layout = state.stripe_layout()
+    assert layout is not None
+    stripe = layout.stripe_at(0)
+    new = b"\x22" * 64
+
+    async def main() -> bytes:
+        cache.stripes.start(state.meta, layout, stripe, 1)
+        while not loading.is_set():
+            await trio.sleep(0.01)
+        await ops.write(fh, 16, new)  # into chunk (0, 0), which the assembly is loading
+        gate.set()
+        await settle(cache)
+        assert cache.stripes.cached("", stripe) is None, "the stripe kept the old bytes"
+        return bytes(await ops.read(fh, 0, 256))
+
+    got = trio.run(main)
+    assert got[16:80] == new
+
+
+def test_a_corrupt_chunk_fails_its_stripe_only(tmp_path: Path, caplog) -> None:
+    data = tiled_store(tmp_path)
+    (tmp_path / "2.1").write_bytes(b"not zlib at all")
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    stripe_bytes = TILE_ROWS * COLUMNS * 4
+
+    async def main() -> None:
+        good = await stream(ops, fh, 2 * stripe_bytes)
+        assert good == data.tobytes()[: 2 * stripe_bytes]
+        with pytest.raises(Exception) as raised:
+            await stream(ops, fh, 3 * stripe_bytes)
+        assert getattr(raised.value, "errno", None) is not None
+        after = b""
+        for offset in range(3 * stripe_bytes, data.nbytes, 1024):
+            after += bytes(await ops.read(fh, offset, 1024))
+        assert after == data.tobytes()[3 * stripe_bytes :]
+        await settle(cache)
+
+    trio.run(main)
+    assert sum("2.1" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_cache_too_small_for_a_row_of_tiles_reads_without_stripes(tmp_path: Path) -> None:
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path, cache_bytes=8 * 1024)  # a row of tiles is 3 KiB
+    fh = open_raw(ops)
+    node = ops.tree.resolve("array.raw")
+    assert node.view.state.stripe_layout() is None  # type: ignore[union-attr]
+
+    async def main() -> bytes:
+        out = await stream(ops, fh, data.nbytes)
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == data.tobytes()
+    assert cache.stripes.assembled == 0
+
+
+def test_stripes_of_fortran_order_chunks(tmp_path: Path) -> None:
+    data = np.arange(40 * 30, dtype="<i2").reshape(40, 30)
+    z = zarr.create_array(
+        store=str(tmp_path),
+        shape=data.shape,
+        chunks=(8, 30),
+        dtype="<i2",
+        zarr_format=2,
+        order="F",
+        compressors=None,
+    )
+    z[...] = data
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+
+    async def main() -> bytes:
+        out = await stream(ops, fh, data.nbytes, request=100)
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == data.tobytes()
+    assert cache.stripes.assembled > 0
+
+
+# -- through a mount ------------------------------------------------------------------------
+
+
+@pytest.mark.mount
+def test_tiles_and_shards_read_through_a_mount(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    tiles = rng.standard_normal((300, 700)).astype("<f4")
+    zarr.open_group(str(tmp_path), mode="w", zarr_format=3)
+    zarr.create_array(
+        store=str(tmp_path / "tiles"),
+        shape=tiles.shape,
+        chunks=(64, 128),
+        dtype="<f4",
+        zarr_format=3,
+    )[...] = tiles
+    zarr.create_array(
+        store=str(tmp_path / "shards"),
+        shape=tiles.shape,
+        chunks=(32, 128),
+        shards=(64, 256),
+        dtype="<f4",
+        zarr_format=3,
+    )[...] = tiles
+    with mounted(tmp_path, "--read-only") as m:
+        for name in ("tiles", "shards"):
+            assert (m / name / "array.raw").read_bytes() == tiles.tobytes(), name
+            arr = np.load(m / name / "array.npy", mmap_mode="r")
+            total = float(np.asarray(arr, dtype="f8").sum())
+            del arr
+            assert total == pytest.approx(float(tiles.astype("f8").sum()))
+        assert "Traceback" not in m.log()
