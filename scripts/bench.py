@@ -29,6 +29,18 @@ side by side with its reference in the same run, on the same store:
   the rewritten stores read back by zarr-python and tensorstore. A part that fails
   (zarrfs shows no array.raw for the array, say) is an error of the section; the
   figures of the others are still reported.
+- layouts (scripts/bench_layouts.py): the layouts people use, of a float32 array 16384
+  columns wide (``--size-mb``, in whole shards of 16 MiB) written by zarr-python: rows
+  (Zarr v2, chunks 16x16384 = 1 MiB, each a contiguous run of array.raw), tiles (v2,
+  chunks 256x1024 = 1 MiB) and shards (v3, shards 256x16384 of 16 inner chunks
+  256x1024), each with blosc-lz4 and with zlib-1 (v2) or gzip-1 (v3, which has no
+  zlib). ``dd bs=1M`` of array.raw on a fresh mount vs zarr-python ``z[:]`` (target
+  >= 1.5x blosc-lz4, >= 1.2x zlib-1 and gzip-1) and vs tensorstore's read (driver zarr
+  or zarr3, target >= 1.0x), the best of 2 alternating rounds of each, every round
+  printing where the CPU went (the daemon and dd, or the reader itself; the machine's
+  busy and idle seconds); and ``np.load(array.npy, mmap_mode="r").sum()`` of the tiles
+  blosc-lz4 array vs ``z[:].sum()`` (target >= 1.0x). A part that fails is an error
+  of the section; the figures of the others are still reported.
 - s3: a v3 array (float32, chunks of 1 MiB, blosc-lz4, ``--size-mb`` clamped to
   128..256 MiB, consolidated) mounted as s3://bucket/prefix from S3 servers that the
   section starts on 127.0.0.1. First from scripts/s3_server.py (a read-only S3 look-
@@ -39,12 +51,13 @@ side by side with its reference in the same run, on the same store:
   obstore's concurrent GETs alone, 8 and 32 at a time, printed as the server's
   ceiling). Each round prints where the CPU went (scripts/cpumeter.py: zarr-python
   or the daemon and dd, the server, the machine's busy and idle seconds), and the
-  ratio the two best rounds' CPU allows at equal use of the cores. Then from moto, the store uploaded to it: the same comparison once, for
-  reference (moto, Python answering one request at a time in its dispatcher, serves
-  some 100-200 MiB/s and bounds both sides); the same dd with 20 ms added to every
-  request by tests/fault_proxy.py vs through the proxy with none (target >= 0.7x);
-  and mount + ``ls -R`` of a consolidated group of 1000 arrays: the object GETs
-  (moto's request log) before the first chunk is read (target <= 1).
+  ratio the two best rounds' CPU allows at equal use of the cores. Then from moto, the
+  store uploaded to it: the same comparison once, for reference (moto, Python answering
+  one request at a time in its dispatcher, serves some 100-200 MiB/s and bounds both
+  sides); the same dd with 20 ms added to every request by tests/fault_proxy.py vs
+  through the proxy with none (target >= 0.7x); and mount + ``ls -R`` of a consolidated
+  group of 1000 arrays: the object GETs (moto's request log) before the first chunk is
+  read (target <= 1).
 
 Reads see the store's compressed files warm in the OS page cache (each store is read
 once beforehand): dropping the page cache is not portable, so both sides get it warm.
@@ -87,6 +100,9 @@ import zarr.storage
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+# scripts/bench_layouts.py imports this module as ``bench``: run as a script, it is
+# that same module (not a second copy with a BenchError of its own).
+sys.modules.setdefault("bench", sys.modules[__name__])
 
 import cpumeter  # noqa: E402
 from memfs import memfs_mounted, treefs_mounted  # noqa: E402
@@ -162,7 +178,7 @@ def print_result(r: Result) -> None:
 
 
 def print_table(results: list[Result], errors: dict[str, str]) -> None:
-    header = ("section", "zarrfs", "zarr-python / ceiling", "ratio", "target", "result")
+    header = ("section", "zarrfs", "reference", "ratio", "target", "result")
     rows = [header]
     for r in results:
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
@@ -415,21 +431,32 @@ def read_seq(b: Bench) -> list[Result]:
     return results
 
 
+def npy_sum(path: Path) -> tuple[float, float]:
+    """``np.load(path, mmap_mode="r").sum()`` and its seconds (unmapped after)."""
+    start = time.perf_counter()
+    mapped = np.load(path, mmap_mode="r")
+    total = float(mapped.sum())
+    elapsed = time.perf_counter() - start
+    del mapped  # unmap before unmounting
+    return total, elapsed
+
+
+def zarr_sum(store: Path) -> tuple[float, float]:
+    """zarr-python's ``z[:].sum()`` of ``arr`` (opened fresh) and its seconds."""
+    z = zarr.open_array(str(store / "arr"), mode="r")
+    start = time.perf_counter()
+    total = float(z[:].sum())
+    return total, time.perf_counter() - start
+
+
 def read_npy(b: Bench) -> list[Result]:
     store = b.read_store("blosc-lz4")
     mb = b.data().nbytes / MiB
     print("  np.load(array.npy, mmap_mode='r').sum() on a fresh mount vs z[:].sum()")
     warm(store)
     with b.mount(store) as m:
-        start = time.perf_counter()
-        mapped = np.load(m / "arr" / "array.npy", mmap_mode="r")
-        fs_sum = mapped.sum()
-        fs_time = time.perf_counter() - start
-        del mapped  # unmap before unmounting
-    z = zarr.open_array(str(store / "arr"), mode="r")
-    start = time.perf_counter()
-    zp_sum = z[:].sum()
-    zp_time = time.perf_counter() - start
+        fs_sum, fs_time = npy_sum(m / "arr" / "array.npy")
+    zp_sum, zp_time = zarr_sum(store)
     if not np.isclose(fs_sum, zp_sum, rtol=1e-4):
         raise BenchError(f"read-npy: sum through the mount {fs_sum} != zarr-python's {zp_sum}")
     return [versus("read-npy blosc-lz4", mb / fs_time, mb / zp_time, "MiB/s", 1.0)]
@@ -751,16 +778,16 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def tensorstore_read(store: Path) -> tuple[np.ndarray, float]:
+def tensorstore_read(store: Path, driver: str = "zarr3") -> tuple[np.ndarray, float]:
     """The whole array ``arr`` read by tensorstore (opened fresh, no cache pool: its
-    default), and the seconds of the read alone."""
+    default; ``driver``: zarr3, or zarr for Zarr v2), and the seconds of the read alone."""
     try:
         import tensorstore
     except ImportError as e:
         raise BenchError(
             "tensorstore is not installed (it is in the test extra: scripts/install.sh)"
         ) from e
-    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(store / "arr")}}
+    spec = {"driver": driver, "kvstore": {"driver": "file", "path": str(store / "arr")}}
     array = tensorstore.open(spec, open=True, read=True).result()
     start = time.perf_counter()
     out = array.read().result()
@@ -1349,6 +1376,13 @@ def s3_metadata(b: Bench, server: S3Server) -> list[Result]:
     ]
 
 
+def layouts(b: Bench) -> list[Result]:
+    """Rows, tiles and v3 shards vs zarr-python and tensorstore: scripts/bench_layouts.py."""
+    import bench_layouts  # imports from this module, so imported once this one is complete
+
+    return bench_layouts.layouts(b)
+
+
 def s3(b: Bench) -> list[Result]:
     failures: list[str] = []
     results: list[Result] = []
@@ -1377,6 +1411,7 @@ SECTIONS: dict[str, Callable[[Bench], list[Result]]] = {
     "write-seq": write_seq,
     "write-random": write_random,
     "sharded": sharded,
+    "layouts": layouts,
     "s3": s3,
 }
 

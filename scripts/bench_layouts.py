@@ -1,0 +1,309 @@
+"""The ``layouts`` section of scripts/bench.py (see its docstring): rows, tiles and v3
+shards, each with a fast and a deflate codec, read through zarrfs vs zarr-python 3 and
+tensorstore, in alternating rounds on the same warm store, with where the CPU went.
+
+Run it as ``.venv/bin/python scripts/bench.py --only layouts [--size-mb 128]``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cpumeter
+import numpy as np
+import zarr
+import zarr.codecs
+from bench import (
+    CODECS,
+    COLUMNS,
+    Bench,
+    BenchError,
+    MiB,
+    Result,
+    blosc_lz4_v3,
+    npy_sum,
+    s3_dd,
+    same_bits,
+    tensorstore_read,
+    versus,
+    warm,
+    zarr_sum,
+)
+
+LAYOUT_COLUMNS = 16384  # a row is 64 KiB of float32
+ROW_BLOCK = 256  # the array's rows come in whole tiles and shards (16 MiB)
+ROUNDS = 2  # alternating rounds of each side; the best one counts
+ZP_TARGETS = {"blosc-lz4": 1.5, "zlib-1": 1.2, "gzip-1": 1.2}  # zarrfs / zarr-python
+TS_TARGET = 1.0  # zarrfs / tensorstore
+NPY_TARGET = 1.0  # array.npy sum / zarr-python z[:].sum()
+NPY_CASE = ("tiles", "blosc-lz4")
+# Zarr v3 has no zlib codec: gzip (the same deflate, another header) at the same level.
+V3_CODECS: dict[str, Callable[[], Any]] = {
+    "blosc-lz4": blosc_lz4_v3,
+    "gzip-1": lambda: zarr.codecs.GzipCodec(level=1),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    zarr_format: int
+    chunks: tuple[int, int]  # the inner chunks where ``shards`` is set
+    shards: tuple[int, int] | None = None
+
+    @property
+    def codecs(self) -> dict[str, Callable[[], Any]]:
+        return CODECS if self.zarr_format == 2 else V3_CODECS
+
+    @property
+    def ts_driver(self) -> str:
+        return "zarr" if self.zarr_format == 2 else "zarr3"
+
+    def describe(self) -> str:
+        chunks = "x".join(map(str, self.chunks))
+        if self.shards is None:
+            return f"{self.name}: Zarr v{self.zarr_format}, chunks {chunks}"
+        shards = "x".join(map(str, self.shards))
+        return f"{self.name}: Zarr v{self.zarr_format}, shards {shards} of chunks {chunks}"
+
+
+LAYOUTS = (
+    Layout("rows", 2, (16, LAYOUT_COLUMNS)),  # 1 MiB chunks, each a run of array.raw
+    Layout("tiles", 2, (256, 1024)),  # 1 MiB chunks, 16 across a row of chunks
+    Layout("shards", 3, (256, 1024), (256, LAYOUT_COLUMNS)),  # 16 MiB shards
+)
+
+
+@dataclass
+class Side:
+    """One reader's rounds: MiB/s each, or why it failed (then no more rounds)."""
+
+    name: str
+    rates: list[float] = field(default_factory=list)
+    failure: str | None = None
+
+    def best(self) -> float | None:
+        return max(self.rates) if self.rates and self.failure is None else None
+
+    def last(self) -> str:
+        return "failed" if self.failure is not None else f"{self.rates[-1]:.1f} MiB/s"
+
+
+# -- data and stores --------------------------------------------------------------------
+
+
+def layout_data(b: Bench) -> np.ndarray:
+    """``b.data()`` (smooth + noise) laid out 16384 wide, in whole blocks of 256 rows
+    where there are enough: a view, no copy."""
+    per_row = LAYOUT_COLUMNS // COLUMNS
+    rows = b.rows // per_row
+    if rows >= ROW_BLOCK:
+        rows -= rows % ROW_BLOCK
+    return b.data()[: rows * per_row].reshape(rows, LAYOUT_COLUMNS)
+
+
+def create_store(store: Path, layout: Layout, codec: str, data: np.ndarray) -> None:
+    """A group holding ``arr`` in this layout and codec, written by zarr-python."""
+    zarr.open_group(str(store), mode="w", zarr_format=layout.zarr_format)
+    z = zarr.create_array(
+        store=str(store / "arr"),
+        shape=data.shape,
+        chunks=layout.chunks,
+        shards=layout.shards,
+        dtype="<f4",
+        zarr_format=layout.zarr_format,
+        compressors=layout.codecs[codec](),
+        fill_value=0.0,
+    )
+    z[...] = data
+
+
+def store_bytes(store: Path) -> int:
+    return sum(
+        os.path.getsize(os.path.join(directory, name))
+        for directory, _, files in os.walk(store)
+        for name in files
+    )
+
+
+# -- the readers' rounds ------------------------------------------------------------------
+
+
+def cpu_text(usage: cpumeter.Usage, parties: dict[str, float]) -> str:
+    named = ", ".join(f"{name} {seconds:.2f}" for name, seconds in parties.items())
+    return f"CPU s: {named}; machine busy {usage.busy:.2f}, idle {usage.idle:.2f}"
+
+
+def zarr_python_round(store: Path, data: np.ndarray, what: str) -> tuple[float, str]:
+    """Seconds of zarr-python's ``z[:]`` (opened fresh), and where the CPU went."""
+    z = zarr.open_array(str(store / "arr"), mode="r")
+    meter = cpumeter.Meter()
+    meter.start()
+    start = time.perf_counter()
+    out = z[:]
+    elapsed = time.perf_counter() - start
+    usage = meter.stop()
+    if not same_bits(out, data):
+        raise BenchError(f"{what}: zarr-python read other values than were stored")
+    return elapsed, cpu_text(usage, {"zarr-python": usage.own})
+
+
+def tensorstore_round(store: Path, driver: str, data: np.ndarray, what: str) -> tuple[float, str]:
+    """Seconds of tensorstore's read (opened fresh), and where the CPU went (its open,
+    a JSON file read, included)."""
+    meter = cpumeter.Meter()
+    meter.start()
+    out, elapsed = tensorstore_read(store, driver)
+    usage = meter.stop()
+    if not same_bits(out, data):
+        raise BenchError(f"{what}: tensorstore read other values than were stored")
+    return elapsed, cpu_text(usage, {"tensorstore": usage.own})
+
+
+def zarrfs_round(b: Bench, store: Path, data: np.ndarray, what: str) -> tuple[float, str]:
+    """Seconds of ``dd bs=1M`` of array.raw on a fresh mount (its bytes checked after),
+    and where the CPU went."""
+    elapsed, usage = s3_dd(str(store), b.work, data, what)
+    return elapsed, cpu_text(usage, {"daemon": usage.watched, "dd": usage.children})
+
+
+def npy_round(b: Bench, store: Path) -> tuple[float, float, str]:
+    """``np.load(array.npy, mmap_mode="r").sum()`` on a fresh mount: the sum, its
+    seconds, and where the CPU went."""
+    with b.mount(store) as m:
+        meter = cpumeter.Meter(pid=m.process.pid)
+        meter.start()
+        total, elapsed = npy_sum(m / "arr" / "array.npy")
+        usage = meter.stop()
+    return total, elapsed, cpu_text(usage, {"daemon": usage.watched, "numpy": usage.own})
+
+
+def run_side(side: Side, mb: float, read: Callable[[], tuple[float, str]]) -> str:
+    """One round of ``side`` unless it failed before: its rate recorded, the CPU line
+    returned ("" when it failed, now or before)."""
+    if side.failure is not None:
+        return ""
+    try:
+        elapsed, cpu = read()
+    except (BenchError, AssertionError, OSError, ValueError) as e:  # ValueError: tensorstore
+        side.failure = f"{side.name}: {e}"
+        return ""
+    side.rates.append(mb / elapsed)
+    return cpu
+
+
+# -- the section ----------------------------------------------------------------------------
+
+
+def compare_reads(
+    b: Bench, layout: Layout, codec: str, store: Path, data: np.ndarray
+) -> list[Side]:
+    """``ROUNDS`` alternating rounds of zarr-python, tensorstore and zarrfs, each
+    printed; the three sides."""
+    what = f"layouts {layout.name} {codec}"
+    mb = data.nbytes / MiB
+    zp, ts, fs = Side("zarr-python"), Side("tensorstore"), Side("zarrfs")
+    readers: list[tuple[Side, Callable[[], tuple[float, str]]]] = [
+        (zp, lambda: zarr_python_round(store, data, what)),
+        (ts, lambda: tensorstore_round(store, layout.ts_driver, data, what)),
+        (fs, lambda: zarrfs_round(b, store, data, what)),
+    ]
+    for n in range(ROUNDS):
+        cpu = {side.name: run_side(side, mb, read) for side, read in readers}
+        print(f"    round {n + 1}: " + "; ".join(f"{s.name} {s.last()}" for s, _ in readers))
+        for name, text in cpu.items():
+            if text:
+                print(f"      {name:<11} {text}")
+    return [zp, ts, fs]
+
+
+def read_results(label: str, codec: str, sides: list[Side]) -> tuple[list[Result], list[str]]:
+    """zarrfs's best round against each reference's: the Results, and the failures."""
+    zp, ts, fs = sides
+    failures = [s.failure for s in sides if s.failure is not None]
+    fs_rate = fs.best()
+    if fs_rate is None:
+        return [], failures
+    results = []
+    for ref, target in ((zp, ZP_TARGETS[codec]), (ts, TS_TARGET)):
+        ref_rate = ref.best()
+        if ref_rate is not None:
+            results.append(
+                versus(f"layouts {label} vs {ref.name}", fs_rate, ref_rate, "MiB/s", target)
+            )
+    return results, failures
+
+
+def compare_npy(b: Bench, label: str, store: Path, mb: float) -> Result:
+    """``ROUNDS`` alternating rounds of array.npy's mapped sum vs zarr-python's."""
+    zp_times: list[float] = []
+    fs_times: list[float] = []
+    for n in range(ROUNDS):
+        zp_sum, zp_time = zarr_sum(store)
+        fs_sum, fs_time, cpu = npy_round(b, store)
+        if not np.isclose(fs_sum, zp_sum, rtol=1e-4):
+            raise BenchError(
+                f"layouts npy: sum through the mount {fs_sum} != zarr-python's {zp_sum}"
+            )
+        zp_times.append(zp_time)
+        fs_times.append(fs_time)
+        print(
+            f"    npy round {n + 1}: z[:].sum() {mb / zp_time:.1f} MiB/s; "
+            f"array.npy mapped .sum() {mb / fs_time:.1f} MiB/s"
+        )
+        print(f"      zarrfs      {cpu}")
+    return versus(
+        f"layouts npy.sum {label} vs zarr-python",
+        mb / min(fs_times),
+        mb / min(zp_times),
+        "MiB/s",
+        NPY_TARGET,
+    )
+
+
+def layout_case(
+    b: Bench, layout: Layout, codec: str, data: np.ndarray, failures: list[str]
+) -> list[Result]:
+    """One store, made, warmed, read by all three (and the npy sum for NPY_CASE), removed."""
+    label = f"{layout.name} v{layout.zarr_format} {codec}"
+    store = b.work / f"layouts-{layout.name}-{codec}.zarr"
+    try:
+        create_store(store, layout, codec, data)
+        warm(store)
+        ratio = data.nbytes / store_bytes(store)
+        print(f"  {layout.describe()}, {codec} (compressed {ratio:.2f}x)")
+        results, failed = read_results(label, codec, compare_reads(b, layout, codec, store, data))
+        failures += [f"{label}: {failure}" for failure in failed]
+        if (layout.name, codec) == NPY_CASE:
+            try:  # the reads' results are kept when the npy part fails
+                results.append(compare_npy(b, label, store, data.nbytes / MiB))
+            except (BenchError, AssertionError, OSError) as e:
+                failures.append(f"{label} npy.sum: {e}")
+        return results
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def layouts(b: Bench) -> list[Result]:
+    data = layout_data(b)
+    print(
+        f"  float32 {data.shape} = {data.nbytes / MiB:.0f} MiB; dd bs=1M of array.raw on a "
+        f"fresh mount vs zarr-python z[:] and tensorstore read(), best of {ROUNDS} rounds"
+    )
+    results: list[Result] = []
+    failures: list[str] = []
+    for layout in LAYOUTS:
+        for codec in layout.codecs:
+            try:
+                results += layout_case(b, layout, codec, data, failures)
+            except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+                failures.append(f"{layout.name} v{layout.zarr_format} {codec}: {e}")
+    if failures:
+        raise BenchError("\n  ".join(failures), results)
+    return results
