@@ -39,8 +39,10 @@ side by side with its reference in the same run, on the same store:
   or zarr3, target >= 1.0x), the best of 2 alternating rounds of each, every round
   printing where the CPU went (the daemon and dd, or the reader itself; the machine's
   busy and idle seconds); and ``np.load(array.npy, mmap_mode="r").sum()`` of the tiles
-  blosc-lz4 array vs ``z[:].sum()`` (target >= 1.0x). A part that fails is an error
-  of the section; the figures of the others are still reported.
+  blosc-lz4 array vs ``z[:].sum()`` (target >= 1.0x). Last, the bound: scripts/memfs.py
+  serving as many bytes from memory (a daemon that only slices a buffer) read by the
+  same dd, against the fastest tensorstore read of the section. A part that fails is
+  an error of the section; the figures of the others are still reported.
 - s3: a v3 array (float32, chunks of 1 MiB, blosc-lz4, ``--size-mb`` clamped to
   128..256 MiB, consolidated) mounted as s3://bucket/prefix from S3 servers that the
   section starts on 127.0.0.1. First from scripts/s3_server.py (a read-only S3 look-

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from bench import (
     MiB,
     Result,
     blosc_lz4_v3,
+    dd_command,
     npy_sum,
     s3_dd,
     same_bits,
@@ -35,6 +37,7 @@ from bench import (
     warm,
     zarr_sum,
 )
+from memfs import memfs_mounted
 
 LAYOUT_COLUMNS = 16384  # a row is 64 KiB of float32
 ROW_BLOCK = 256  # the array's rows come in whole tiles and shards (16 MiB)
@@ -268,7 +271,12 @@ def compare_npy(b: Bench, label: str, store: Path, mb: float) -> Result:
 
 
 def layout_case(
-    b: Bench, layout: Layout, codec: str, data: np.ndarray, failures: list[str]
+    b: Bench,
+    layout: Layout,
+    codec: str,
+    data: np.ndarray,
+    failures: list[str],
+    tensorstore: list[float],
 ) -> list[Result]:
     """One store, made, warmed, read by all three (and the npy sum for NPY_CASE), removed."""
     label = f"{layout.name} v{layout.zarr_format} {codec}"
@@ -278,7 +286,11 @@ def layout_case(
         warm(store)
         ratio = data.nbytes / store_bytes(store)
         print(f"  {layout.describe()}, {codec} (compressed {ratio:.2f}x)")
-        results, failed = read_results(label, codec, compare_reads(b, layout, codec, store, data))
+        sides = compare_reads(b, layout, codec, store, data)
+        results, failed = read_results(label, codec, sides)
+        best = sides[1].best()
+        if best is not None:
+            tensorstore.append(best)  # tensorstore's rate, for the FUSE ceiling's line
         failures += [f"{label}: {failure}" for failure in failed]
         if (layout.name, codec) == NPY_CASE:
             try:  # the reads' results are kept when the npy part fails
@@ -290,6 +302,40 @@ def layout_case(
         shutil.rmtree(store, ignore_errors=True)
 
 
+def fuse_ceiling(b: Bench, nbytes: int) -> tuple[float, str]:
+    """The best of ``ROUNDS`` ``dd bs=1M`` of scripts/memfs.py serving ``nbytes`` from
+    memory (a pyfuse3 daemon that only slices one buffer: what FUSE alone allows
+    on this machine), MiB/s, and where the CPU went in that round."""
+    best, cpu = 0.0, ""
+    for _ in range(ROUNDS):
+        with memfs_mounted(nbytes, b.work) as (path, _log):
+            meter = cpumeter.Meter()
+            meter.start()
+            start = time.perf_counter()
+            subprocess.run(dd_command(path, "/dev/null"), check=True, capture_output=True)
+            rate = nbytes / MiB / (time.perf_counter() - start)
+            usage = meter.stop()
+        if rate > best:
+            best, cpu = rate, cpu_text(usage, {"dd": usage.children})
+    return best, cpu
+
+
+def ceiling_result(ceiling: float, tensorstore: list[float]) -> Result | None:
+    """memfs against the fastest tensorstore read: above what zarrfs can reach where
+    decoding, which shares the cores with FUSE, cost nothing."""
+    if not tensorstore:
+        return None
+    fastest = max(tensorstore)
+    return Result(
+        "layouts FUSE ceiling (memfs) vs fastest tensorstore",
+        f"{ceiling:,.1f} MiB/s",
+        f"{fastest:,.1f} MiB/s",
+        ceiling / fastest,
+        "(bound)",
+        True,
+    )
+
+
 def layouts(b: Bench) -> list[Result]:
     data = layout_data(b)
     print(
@@ -298,12 +344,22 @@ def layouts(b: Bench) -> list[Result]:
     )
     results: list[Result] = []
     failures: list[str] = []
+    tensorstore: list[float] = []
     for layout in LAYOUTS:
         for codec in layout.codecs:
             try:
-                results += layout_case(b, layout, codec, data, failures)
+                results += layout_case(b, layout, codec, data, failures, tensorstore)
             except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
                 failures.append(f"{layout.name} v{layout.zarr_format} {codec}: {e}")
+    try:
+        ceiling, cpu = fuse_ceiling(b, data.nbytes)
+        print(f"  FUSE ceiling: scripts/memfs.py serving {data.nbytes / MiB:.0f} MiB from memory,")
+        print(f"    dd bs=1M {ceiling:.1f} MiB/s; {cpu}")
+        bound = ceiling_result(ceiling, tensorstore)
+        if bound is not None:
+            results.append(bound)
+    except (BenchError, AssertionError, OSError, subprocess.CalledProcessError) as e:
+        failures.append(f"FUSE ceiling: {e}")
     if failures:
         raise BenchError("\n  ".join(failures), results)
     return results

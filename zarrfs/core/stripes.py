@@ -124,7 +124,9 @@ class Stripes:
             # Imported here: core/reading.py imports this module.
             from zarrfs.core.reading import assemble
 
-            view = await self.cache.pool.run(assemble, meta, plan, chunks, out, priority=priority)
+            # Ahead of any chunk load: whoever waits for this stripe waits for nothing
+            # else now, and loads for later stripes queued meanwhile would delay it.
+            view = await self.cache.pool.run(assemble, meta, plan, chunks, out, priority=URGENT)
             value = np.frombuffer(view, dtype=np.uint8)
             value.flags.writeable = False
             assembly.value = value
