@@ -231,6 +231,21 @@ def test_a_stream_reads_tiles_through_stripes_loading_each_chunk_once(tmp_path: 
     assert cache.nbytes <= cache.max_bytes
 
 
+def test_a_long_stream_recycles_stripe_buffers(tmp_path: Path) -> None:
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+
+    async def main() -> bytes:
+        out = await stream(ops, fh, data.nbytes)
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == data.tobytes()
+    stripe_bytes = TILE_ROWS * COLUMNS * 4
+    assert cache._spare.get(stripe_bytes), "no stripe buffer was given back for reuse"
+
+
 def test_random_reads_assemble_no_stripe(tmp_path: Path) -> None:
     data = tiled_store(tmp_path)
     ops, cache = make_ops(tmp_path)

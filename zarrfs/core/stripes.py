@@ -120,7 +120,10 @@ class Stripes:
             plan = plan_range(meta.shape, meta.chunks, meta.itemsize, stripe.start, stripe.nbytes)
             indices = list(plan.chunks)
             chunks = await self._chunks(meta, indices, priority)
+            # A buffer of the cache's: given back for the next stripe once unreferenced.
             out = self.cache.take_buffer(stripe.nbytes)
+            if out is None:
+                out = np.empty(stripe.nbytes, dtype=np.uint8)
             # Imported here: core/reading.py imports this module.
             from zarrfs.core.reading import assemble
 
