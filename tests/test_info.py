@@ -27,7 +27,7 @@ from zarrfs.formats.model import ArrayMeta, chunk_key_parser
 from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
 from zarrfs.tree import DirNode, FileNode, Tree
-from zarrfs.views.info import INFO_NAME, Stored, info_size, info_text, summarise
+from zarrfs.views.info import INFO_NAME, InfoView, Stored, info_text, summarise
 
 # Every metadata document name of every layout: the only keys listing may read.
 METADATA_NAMES = {
@@ -201,7 +201,7 @@ METAS = [
 
 @settings(max_examples=400, deadline=None)
 @given(data=st.data(), meta=st.sampled_from(METAS))
-def test_info_length_depends_on_the_metadata_only(data: st.DataObject, meta: ArrayMeta) -> None:
+def test_info_text_reads_naturally(data: st.DataObject, meta: ArrayMeta) -> None:
     chunks = data.draw(st.integers(0, meta.n_chunks), label="chunks")
     dirty = data.draw(st.integers(0, meta.n_chunks), label="dirty")
     nbytes = data.draw(
@@ -210,20 +210,26 @@ def test_info_length_depends_on_the_metadata_only(data: st.DataObject, meta: Arr
     )
     empty = info_text(meta, None, 0)
     text = info_text(meta, Stored(chunks, nbytes), dirty)
-    assert len(text) == len(empty)
-    assert len(text.encode()) == len(empty.encode())
     assert text.splitlines()[0] == empty.splitlines()[0]  # the name line
+    for line in text.splitlines():  # no padding: one space after the colon
+        value = line.partition(": ")[2]
+        assert value == value.lstrip(), line
     assert initialized(text) == (chunks, meta.n_chunks)
     assert bytes_stored(text) == nbytes
     assert int(field(text, "Chunks not stored")) == dirty
 
 
-def test_info_size_is_shared_only_by_like_arrays() -> None:
-    """info_size reuses the size of arrays that differ in name only, and only them."""
+class _Untouchable:
+    """A store that fails any use: what stat may not do."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"info's size touched the store ({name})")
+
+
+def test_info_has_size_zero_without_touching_the_store() -> None:
     for meta in METAS:
-        assert info_size(meta) == len(info_text(meta, None, 0).encode()), meta.path
-        renamed = meta_of("other/n\u00e4me/" + meta.path, zarray([3], [2]))
-        assert info_size(renamed) == len(info_text(renamed, None, 0).encode())
+        view = InfoView(meta, {}, None, _Untouchable())  # type: ignore[arg-type]
+        assert view.size == 0 and view.volatile, meta.path
 
 
 def test_info_text_contents() -> None:
@@ -300,7 +306,15 @@ def info_node(tree: Tree, array: str = "arr") -> FileNode:
 
 
 def read_info(node: FileNode) -> str:
-    return trio.run(node.view.read, 0, node.view.size).decode()
+    """As a reader of a size-0 /proc-style file: until a read returns nothing."""
+
+    async def read_all() -> bytes:
+        out = b""
+        while chunk := bytes(await node.view.read(len(out), 4096)):
+            out += chunk
+        return out
+
+    return trio.run(read_all).decode()
 
 
 def test_stat_and_listing_read_no_chunk(tmp_path: Path) -> None:
@@ -311,9 +325,9 @@ def test_stat_and_listing_read_no_chunk(tmp_path: Path) -> None:
     info = info_node(tree)
     for name in tree.entries(tree.resolve("arr")):  # what `ls -l` asks of every entry
         entry = tree.resolve(f"arr/{name}")
-        assert isinstance(entry, FileNode) and entry.view.size > 0
-    assert info.view.size == len(info_text(tree.resolve("arr").meta, None, 0).encode())
-    assert info.view.volatile
+        assert isinstance(entry, FileNode)
+        assert (entry.view.size > 0) == (name != INFO_NAME), name
+    assert info.view.size == 0 and info.view.volatile
     assert_no_chunk_read(store)
     assert not store.scans, "stat or listing listed the array's keys"
 
@@ -327,9 +341,8 @@ def test_reading_info_lists_but_reads_no_chunk(tmp_path: Path) -> None:
     store = tree.store
     assert isinstance(store, ScanCountingStore)
     info = info_node(tree)
-    size = info.view.size
     text = read_info(info)
-    assert len(text.encode()) == size
+    size = len(text.encode())
     assert initialized(text) == (len(written), 12)
     assert bytes_stored(text) == stored
     assert int(field(text, "Chunks not stored")) == 0
@@ -340,12 +353,12 @@ def test_reading_info_lists_but_reads_no_chunk(tmp_path: Path) -> None:
     # A read past the start continues the same summary: no new listing.
     assert trio.run(info.view.read, size - 10, 100) == text.encode()[-10:]
     assert store.scans == Counter({"arr": 1})
-    # A read from the start sees a chunk added meanwhile; the size does not move.
+    # A read from the start sees a chunk added meanwhile; stat still lists nothing.
     (tmp_path / "arr" / "2.0").write_bytes(bytes(60))
     again = read_info(info)
     assert initialized(again) == (len(written) + 1, 12)
     assert bytes_stored(again) == stored + 60
-    assert info.view.size == size
+    assert info.view.size == 0
     assert store.scans == Counter({"arr": 2})
     assert_no_chunk_read(store)
 
@@ -460,9 +473,9 @@ def test_info_on_a_mount_matches_zarr_python(tmp_path: Path) -> None:
     assert 0 < before < total
     with mounted(store, log_dir=tmp_path) as m:
         info = m / "arr" / INFO_NAME
-        size = os.stat(info).st_size
+        assert os.stat(info).st_size == 0  # stat lists nothing: /proc-style
         text = subprocess.run(["cat", str(info)], capture_output=True, check=True).stdout.decode()
-        assert size == len(text.encode())
+        assert text.endswith("\n") and int(field(text, "Chunks not stored")) == 0, text
         assert field(text, "Name") == "/arr"
         assert field(text, "Shape") == "(10, 12)"
         assert "int32" in field(text, "Data type")
@@ -479,8 +492,7 @@ def test_info_on_a_mount_matches_zarr_python(tmp_path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
             after = info.read_bytes().decode()
-        assert os.stat(info).st_size == size
-        assert len(after.encode()) == size
+        assert os.stat(info).st_size == 0
         assert initialized(after) == (before + 1, total)
         assert int(field(after, "Chunks not stored")) == 0
         reopened = zarr.open_array(str(store / "arr"), mode="r")
@@ -492,7 +504,7 @@ def test_info_on_a_mount_matches_zarr_python(tmp_path: Path) -> None:
         ).stdout
         info_lines = [line for line in ls.splitlines() if line.split()[-1:] == [INFO_NAME]]
         assert len(info_lines) == 1, ls
-        assert info_lines[0].split()[4] == str(size)
+        assert info_lines[0].split()[4] == "0"
     assert not (store / "arr" / INFO_NAME).exists()
 
 
@@ -551,9 +563,8 @@ def test_info_of_legacy_arrays_on_a_mount(
     docs = sum((array / d).stat().st_size for d in documents if (array / d).exists())
     with mounted(store, log_dir=tmp_path) as m:
         info = m / "old" / INFO_NAME
-        size = os.stat(info).st_size
+        assert os.stat(info).st_size == 0
         text = info.read_text()
-        assert len(text.encode()) == size
         assert field(text, "Name") == "/old"
         assert field(text, "Zarr format") == ("1" if "meta" in documents else "0")
         assert initialized(text) == (8, 9)
@@ -566,7 +577,7 @@ def test_info_of_legacy_arrays_on_a_mount(
             os.fsync(f.fileno())
         after = info.read_text()
         assert initialized(after) == (9, 9)
-        assert os.stat(info).st_size == size
+        assert os.stat(info).st_size == 0
         ls = subprocess.run(["ls", "-l", str(m / "old")], capture_output=True, text=True).stdout
         assert INFO_NAME in ls.split(), ls
     assert (array / first).is_file()

@@ -1,10 +1,11 @@
 """``info``: a human-readable summary of one array, like zarr-python's ``Array.info``.
 
-Its size must be known to ``stat`` and ``ls -l`` without touching the store, yet
-"chunks initialized" and "bytes stored" need a listing. So every line has a width
-fixed by the metadata alone (counts are padded to the width of their maximum, byte
-counts to 20 digits), and the listing happens only when the file is read from
-its start. Handles use direct I/O, so each ``cat`` sees a fresh summary.
+"Chunks initialized" and "bytes stored" need a listing of the store, which ``stat``,
+``ls -l`` and directory listings must not pay for. So, like the files of /proc (and
+lxcfs's), ``info`` has size 0 and its handles use direct I/O: a read from its start
+lists the array's keys and makes a fresh summary, and readers read to the end of
+file as they do for any file (``cat``, ``less``, ``read()`` until b""). Its lines
+read naturally, with no padding.
 
 Format-agnostic: the codecs are the document's own fields (v2: "Filters" and
 "Compressor"; v3: "Codecs"), a v3 data type is shown as written with its numpy
@@ -18,7 +19,6 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import trio
@@ -33,7 +33,6 @@ from zarrfs.views.base import View
 from zarrfs.views.xattrs import codec_fields, fill_text, json_text
 
 INFO_NAME = "info"
-_BYTES_WIDTH = 20  # 2**64 has 20 digits
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
@@ -47,11 +46,11 @@ class Stored:
 
 
 def human(nbytes: int) -> str:
-    """Always 10 characters: "   1.5 MiB"."""
+    """ "1.5 MiB", "12 B"."""
     value = float(nbytes)
     for unit in _UNITS:
         if value < 1024 or unit == _UNITS[-1]:
-            return f"{value:6.1f} {unit:<3}"
+            return f"{nbytes} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError  # unreachable
 
@@ -114,9 +113,8 @@ def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) 
 
 
 def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
-    """The summary; its length depends on ``meta`` only (``stored`` None: all zero)."""
+    """The summary (``stored`` None: nothing stored)."""
     total = meta.n_chunks
-    width = len(str(total))
     stored = stored or Stored(0, 0)
     ratio = meta.nbytes / stored.nbytes if stored.nbytes else math.inf
     dims = meta.dimension_names
@@ -134,45 +132,18 @@ def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
         ("Fill value", fill_text(meta)),
         *_codec_rows(meta),
         ("Dimension names", ", ".join(str(d) for d in dims) if dims else "-"),
-        ("No. bytes", f"{meta.nbytes} ({human(meta.nbytes).strip()})"),
-        ("No. bytes stored", f"{stored.nbytes:>{_BYTES_WIDTH}} ({human(stored.nbytes)})"),
-        ("Storage ratio", f"{ratio:>10.3g}"),
+        ("No. bytes", f"{meta.nbytes} ({human(meta.nbytes)})"),
+        ("No. bytes stored", f"{stored.nbytes} ({human(stored.nbytes)})"),
+        ("Storage ratio", f"{ratio:.3g}"),
     ]
     if meta.shards is not None:
         shards = math.prod(_shard_grid(meta))
-        rows.append(("Shards initialized", f"{stored.shards:>{len(str(shards))}}/{shards}"))
+        rows.append(("Shards initialized", f"{stored.shards}/{shards}"))
     rows += [
-        ("Chunks initialized", f"{stored.chunks:>{width}}/{total}"),
-        ("Chunks not stored", f"{dirty:>{width}}"),
+        ("Chunks initialized", f"{stored.chunks}/{total}"),
+        ("Chunks not stored", str(dirty)),
     ]
     return "".join(f"{name:<19}: {value}\n" for name, value in rows)
-
-
-_SIZES: dict[tuple[Any, ...], int] = {}
-
-
-def info_size(meta: ArrayMeta) -> int:
-    """``len(info_text(meta, ...))`` in bytes, shared by arrays that differ only in
-    name (a hierarchy of thousands of like arrays lists fast)."""
-    name = len(f"/{meta.path}".encode())
-    key = (
-        meta.zarr_format,
-        meta.shape,
-        meta.chunks,
-        meta.shards.shard_shape if meta.shards is not None else None,
-        meta.dtype,
-        data_type_text(meta),
-        meta.order,
-        meta.fill_value,
-        _codec_rows(meta),
-        meta.dimension_names,
-    )
-    size = _SIZES.get(key)
-    if size is None:
-        if len(_SIZES) >= 1024:
-            _SIZES.clear()
-        size = _SIZES[key] = len(info_text(meta, None, 0).encode()) - name
-    return size + name
 
 
 class InfoView(View):
@@ -188,8 +159,6 @@ class InfoView(View):
         self._array = state
         self._store = store
         self._text = b""
-        self._size_for: ArrayMeta | None = None
-        self._size = 0
 
     @property
     def meta(self) -> ArrayMeta:
@@ -197,11 +166,7 @@ class InfoView(View):
 
     @property
     def size(self) -> int:
-        meta = self.meta  # a resize makes a new ArrayMeta
-        if self._size_for is not meta:
-            self._size = info_size(meta)
-            self._size_for = meta
-        return self._size
+        return 0  # as /proc's files: readers read to end of file (direct I/O)
 
     def _render(self, meta: ArrayMeta, documents: int, dirty: int) -> bytes:
         """Worker thread: list the array's keys and summarise them."""
