@@ -23,11 +23,11 @@ import numpy as np
 import outcome
 import trio
 
+from zarrfs.core.loading import Failure, Fetched, decode_fetched, drop_tracebacks, fetch_chunk
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
-from zarrfs.core.shardread import Where, fetch_inner, load_index
+from zarrfs.core.shardread import Where, load_index
 from zarrfs.core.stripes import STRIPE, Stripes
-from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
-from zarrfs.formats.codecs import size_bound
+from zarrfs.errors import ChunkError, ZarrfsError
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.shards import ShardIndex, inner_range
@@ -60,8 +60,6 @@ _ABSENT = object()
 # A shard's index is cached beside the chunks, under its array's path with this
 # prefix (no store key holds a NUL): one LRU and one budget for both.
 _INDEX = "\0"
-# What a fetch brings: (the key it came from, its stored bytes), or None.
-Fetched = tuple[str, bytes | memoryview] | None
 
 
 def index_key(path: str, shard: Index) -> ChunkKey:
@@ -76,29 +74,11 @@ def _cost(value: np.ndarray | ShardIndex | None) -> int:
     return value.nbytes
 
 
-@dataclass(frozen=True)
-class _Failure:
-    """A chunk's failure as remembered: what a fresh ChunkError needs, and no
-    exception object, whose traceback would keep the failed load's frames (and the
-    buffers they decoded into) alive as long as the failure is remembered."""
-
-    array: str
-    key: str
-    reason: str
-
-    def error(self) -> ChunkError:
-        """A new exception for each reader: raising one object again and again
-        would add every reader's frames to its traceback."""
-        e = ChunkError(self.array, self.key, self.reason)
-        e.logged = True
-        return e
-
-
 @dataclass
 class _Flight:
     done: trio.Event = field(default_factory=trio.Event)
     value: np.ndarray | ShardIndex | None = None
-    failure: _Failure | None = None  # the chunk is bad
+    failure: Failure | None = None  # the chunk is bad
     error: Exception | None = None  # anything else (a store fault): not remembered
     traceback: TracebackType | None = None  # the error's, as the worker raised it
     background: bool = False  # loaded ahead of a reader
@@ -113,7 +93,7 @@ class ChunkCache:
         self._entries: OrderedDict[ChunkKey, np.ndarray | ShardIndex | None] = OrderedDict()
         self._bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
-        self._failures: dict[ChunkKey, tuple[float, _Failure]] = {}
+        self._failures: dict[ChunkKey, tuple[float, Failure]] = {}
         self.pool = WorkerPool(threads or max(2, os.cpu_count() or 2), "zarrfs-decode")
         self.fetch_pool = WorkerPool(FETCH_THREADS, "zarrfs-fetch") if store.remote else None
         self.loads = 0  # store reads + decodes performed; tests count them
@@ -299,10 +279,10 @@ class ChunkCache:
             # add this frame, which holds the outcome, to its traceback.
             error = result.error if isinstance(result, outcome.Error) else None
             if isinstance(error, ZarrfsError):
-                _drop_tracebacks(error)  # its message says it all
+                drop_tracebacks(error)  # its message says it all
             if isinstance(error, ChunkError) and not flight.stale:
                 log.error("%s", str(error))  # a record keeps its args: not the exception
-                flight.failure = _Failure(error.array, error.key, error.reason)
+                flight.failure = Failure(error.array, error.key, error.reason)
                 if current:
                     self._failures[key] = (time.monotonic() + FAILURE_TTL, flight.failure)
             elif isinstance(error, Exception):
@@ -404,55 +384,13 @@ class ChunkCache:
 
     def _fetch(self, meta: ArrayMeta, index: Index, where: Where | None) -> Fetched:
         """Worker thread: (key, stored bytes) of a chunk, None when not stored."""
-        # A stored chunk larger than any of its codecs could make of it is not read.
-        limit = size_bound(meta.chunk_nbytes)
-        if where is not None:
-            data = fetch_inner(self.store, meta, index, where, limit)
-            return None if data is None else (where[0], data)
-        for key in meta.chunk_keys(index):
-            try:
-                data = self.store.get_buffer(key, limit=limit)
-            except InvalidValueError as e:
-                # hostile or broken content (a symlink, a FIFO, too large): the chunk is bad
-                reason = str(e)
-                break
-            if data is not None:
-                return key, data
-        else:
-            return None
-        # Raised outside any handler, so with no __context__.
-        raise ChunkError(meta.display_name, key, reason)
+        return fetch_chunk(self.store, meta, index, where)
 
     def _decode_fetched(
         self, meta: ArrayMeta, index: Index, fetched: Fetched, spare: list[np.ndarray] | None
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Worker thread: the fetched chunk decoded (into the buffer in ``spare``)."""
-        out = spare.pop() if spare else None
-        if fetched is None:
-            return None, None
-        key, data = fetched
-        decoded = self._decode(meta, data, out if meta.shards is None else None)
-        if not isinstance(decoded, str):
-            return decoded
-        reason = decoded if meta.shards is None else f"inner chunk {index}: {decoded}"
-        # Raised outside any handler, so with no __context__: the exception, and the
-        # traceback of whatever failed, is all that holds the buffers it decoded into.
-        raise ChunkError(meta.display_name, key, reason)
-
-    def _decode(
-        self, meta: ArrayMeta, data: bytes | memoryview, out: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | None] | str:
-        """Worker thread: (chunk, our buffer it lives in), or why it cannot be decoded."""
-        if out is None and meta.codecs.decodes_into:
-            out = np.empty(meta.chunk_nbytes, dtype=np.uint8)
-        try:
-            arr = meta.codecs.decode(data, None, out)
-        except ZarrfsError:
-            raise
-        except Exception as e:
-            return f"{type(e).__name__}: {e}"
-        arr.flags.writeable = False
-        return arr, (out if out is not None and arr.base is out else None)
+        return decode_fetched(meta, index, fetched, spare)
 
     def _insert(self, key: ChunkKey, value: np.ndarray | ShardIndex | None) -> None:
         cost = _cost(value)
@@ -567,19 +505,3 @@ def _in_shard(
         return locate(index)[0] == shard
     except IndexError:  # outside the grid (a resize since): not of this shard
         return False
-
-
-def _drop_tracebacks(error: BaseException) -> None:
-    """Free the frames of the worker's stack that ``error`` and its causes hold.
-
-    The worker's own frame, which held the outcome when the traceback was taken,
-    holds it still: error -> traceback -> load frame -> ... -> worker frame ->
-    outcome -> error is a cycle that only the garbage collector would free, some
-    time later, with every buffer the load's frames refer to.
-    """
-    seen: set[int] = set()
-    chained: BaseException | None = error
-    while chained is not None and id(chained) not in seen:
-        seen.add(id(chained))
-        chained.__traceback__ = None
-        chained = chained.__cause__ or chained.__context__
