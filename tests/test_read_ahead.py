@@ -125,9 +125,9 @@ def write_store(root: Path) -> np.ndarray:
     return zlib_array(root, ROWS, COLUMNS, CHUNK_ROWS)
 
 
-def make_ops(root: Path) -> tuple[Operations, ChunkCache]:
+def make_ops(root: Path, cache_bytes: int = 1 << 24) -> tuple[Operations, ChunkCache]:
     store = CountingStore(str(root))
-    cache = ChunkCache(store, 1 << 24)
+    cache = ChunkCache(store, cache_bytes)
     cache.read_ahead = True
     writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
     tree = Tree(store, cache, writeback)

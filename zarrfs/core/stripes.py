@@ -66,6 +66,7 @@ class Stripes:
         # Per array: the stripes cached or under way, by start (to drop by chunk).
         self._known: dict[str, dict[int, tuple[Stripe, StripeLayout]]] = {}
         self.assembled = 0  # stripes assembled; tests count them
+        self.reused = 0  # of them, into a buffer an earlier stripe gave back
 
     def cached(self, path: str, stripe: Stripe) -> np.ndarray | None:
         found = self.cache.lookup(stripe_key(path, stripe))
@@ -124,6 +125,8 @@ class Stripes:
             out = self.cache.take_buffer(stripe.nbytes)
             if out is None:
                 out = np.empty(stripe.nbytes, dtype=np.uint8)
+            else:
+                self.reused += 1
             # Imported here: core/reading.py imports this module.
             from zarrfs.core.reading import assemble
 
