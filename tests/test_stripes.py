@@ -10,6 +10,9 @@ at the end.
 
 from __future__ import annotations
 
+import copy
+import errno
+import gc
 import json
 import math
 import threading
@@ -26,6 +29,8 @@ from tests.mounting import mounted
 from tests.test_read_ahead import make_ops, open_raw
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.reading import assemble
+from zarrfs.core.stripes import _Assembly
+from zarrfs.errors import ChunkError, InvalidValueError, MetadataError, StoreError
 from zarrfs.formats.layout import grid_shape, plan_range
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.stripes import stripe_layout
@@ -320,13 +325,21 @@ def test_a_corrupt_chunk_fails_its_stripe_only(tmp_path: Path, caplog) -> None:
         with pytest.raises(Exception) as raised:
             await stream(ops, fh, 3 * stripe_bytes)
         assert getattr(raised.value, "errno", None) is not None
+        del raised  # its traceback holds the reader's frames (pyfuse3 drops it)
         after = b""
         for offset in range(3 * stripe_bytes, data.nbytes, 1024):
             after += bytes(await ops.read(fh, offset, 1024))
         assert after == data.tobytes()[3 * stripe_bytes :]
         await settle(cache)
 
-    trio.run(main)
+    gc.collect()
+    gc.disable()  # what only the collector would free stays, and is seen
+    try:
+        trio.run(main)
+        # The failed assembly (its buffer, its chunks) is gone with the reads.
+        assert not [o for o in gc.get_objects() if isinstance(o, _Assembly)]
+    finally:
+        gc.enable()
     assert sum("2.1" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -387,3 +400,23 @@ def test_tiles_and_shards_read_through_a_mount(tmp_path: Path) -> None:
             del arr
             assert total == pytest.approx(float(tiles.astype("f8").sum()))
         assert "Traceback" not in m.log()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ChunkError("a/b", "0.1", "crc mismatch"),
+        StoreError("reading k: refused", errno.EACCES),
+        InvalidValueError("k: a symlink"),
+        MetadataError("bad"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_copy_whole(error: Exception) -> None:
+    """Each reader of a failed stripe gets a copy of its error (see Stripes.get)."""
+    error.logged = True  # type: ignore[attr-defined]
+    copied = copy.copy(error)
+    assert type(copied) is type(error) and str(copied) == str(error)
+    assert copied.errno == error.errno  # type: ignore[attr-defined]
+    assert copied.logged  # type: ignore[attr-defined]
+    assert copied is not error and copied.__traceback__ is None

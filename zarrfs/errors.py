@@ -36,6 +36,10 @@ class ChunkError(ZarrfsError):
         # The cache logs a chunk's failure once; later reads of it fail quietly.
         self.logged = False
 
+    def __reduce__(self) -> tuple:
+        # copy.copy and pickle rebuild it from its parts (not from the message)
+        return (type(self), (self.array, self.key, self.reason), self.__dict__)
+
 
 class StoreError(ZarrfsError):
     """The store failed to read or write a key (I/O error, permission, ...)."""
@@ -45,6 +49,9 @@ class StoreError(ZarrfsError):
     def __init__(self, message: str, err: int = errnos.EIO) -> None:
         super().__init__(message)
         self.errno = err
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (str(self), self.errno), self.__dict__)
 
 
 class InvalidValueError(StoreError):

@@ -24,6 +24,7 @@ the trio thread (docs/concurrency.md):
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,7 +32,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import trio
 
+from zarrfs.core.loading import drop_tracebacks
 from zarrfs.core.pool import BACKGROUND, URGENT
+from zarrfs.errors import ZarrfsError
 from zarrfs.formats.layout import Index, plan_range
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.stripes import Stripe, StripeLayout
@@ -92,7 +95,9 @@ class Stripes:
             assembly = self.start(meta, layout, stripe, URGENT)
         await assembly.done.wait()
         if assembly.error is not None:
-            raise assembly.error
+            # A new exception for each reader: raising the stored one would add this
+            # frame, which holds the assembly, to its traceback (a cycle).
+            raise copy.copy(assembly.error)
         assert assembly.value is not None
         return assembly.value
 
@@ -146,6 +151,12 @@ class Stripes:
                 for index in indices:
                     self.cache.release(meta, index)
         except Exception as e:  # a system task must not raise: readers get it
+            if not isinstance(e, ZarrfsError):
+                log.exception("%s: assembling bytes %d-%d", meta.display_name, *_span(stripe))
+            # Its traceback holds this frame, and so the assembly, the chunks and the
+            # buffer: a cycle only the garbage collector would free. The message says
+            # what went wrong (and the chunk cache logged the chunk that failed).
+            drop_tracebacks(e)
             assembly.error = e
         finally:
             if self._assemblies.get(key) is assembly:
@@ -225,6 +236,10 @@ class Stripes:
             known.pop(start, None)
             if not known:
                 del self._known[path]
+
+
+def _span(stripe: Stripe) -> tuple[int, int]:
+    return stripe.start, stripe.stop - 1
 
 
 def _last_of_row(layout: StripeLayout, stripe: Stripe) -> bool:
