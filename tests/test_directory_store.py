@@ -390,6 +390,35 @@ def test_cleanup_removes_only_old_temporary_files_inside(
     assert os.path.lexists(root / "a" / f".3{TEMP_MARKER}44444444")
 
 
+def test_cleanup_stats_only_temporary_names_and_calls_between_per_directory(
+    tmp_path: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_root(tmp_path)
+    for d in ("b", "b/c", "d"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+        for i in range(5):
+            (root / d / f"{i}.0").write_bytes(b"chunk")
+    old = root / "b" / "c" / f".0{TEMP_MARKER}55555555"
+    old.write_bytes(b"t")
+    os.utime(old, (1, 1))
+    store = open_store(root)
+    stat_calls: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        stat_calls.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    directories = sum(1 for p in root.rglob("*") if p.is_dir())
+    paused: list[int] = []
+    monkeypatch.setattr(os, "stat", counting_stat)
+    removed = store.cleanup(time.time() - 60, lambda: paused.append(1))
+    monkeypatch.undo()
+    assert removed == 1 and not old.exists()
+    assert not [c for c in stat_calls if c.endswith(".0")], "a chunk file was stat'ed"
+    assert len(paused) == directories
+
+
 # -- keys -----------------------------------------------------------------------------
 
 

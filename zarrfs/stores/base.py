@@ -8,7 +8,7 @@ the FUSE loop run them in worker threads. Errors other than "missing" surface as
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,8 +188,9 @@ class Store(ABC):
     def delete(self, key: str, *, durable: bool = True) -> None:
         """Remove ``key``; a missing key is not an error."""
 
-    def cleanup(self, older_than: float) -> int:
-        """Remove what an interrupted run left before ``older_than``; returns how many."""
+    def cleanup(self, older_than: float, between: Callable[[], None] | None = None) -> int:
+        """Remove what an interrupted run left before ``older_than``; returns how many.
+        A store that walks many places calls ``between`` after each (pacing)."""
         return 0
 
     @abstractmethod

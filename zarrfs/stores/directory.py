@@ -283,16 +283,27 @@ class DirectoryStore(Store):
         finally:
             os.close(top)
 
-    def _walk_tree(self, top: int) -> Iterator[tuple[str, str, os.stat_result, int]]:
+    def _walk_tree(
+        self,
+        top: int,
+        wanted: Callable[[str], bool] | None = None,
+        between: Callable[[], None] | None = None,
+    ) -> Iterator[tuple[str, str, os.stat_result, int]]:
         """(directory relative to ``top`` with a trailing "/", name, lstat, descriptor
-        of the directory) of every regular file on the root's filesystem, not
-        following symlinks. The descriptor is valid until the next item."""
+        of the directory) of every regular file on the root's filesystem (whose name
+        is ``wanted``: the others are not even looked at), not following symlinks.
+        The descriptor is valid until the next item; ``between`` is called after
+        each directory."""
         walk = os.fwalk(".", dir_fd=top)
         try:
             for directory, dirs, files, dir_fd in walk:
+                if between is not None and directory != ".":
+                    between()
                 relative = "" if directory == "." else directory[2:] + "/"
                 # fwalk would descend into a mount point: only our own directories.
                 dirs[:] = [d for d in dirs if self._own(d, dir_fd, stat.S_ISDIR)]
+                if wanted is not None:
+                    files = [name for name in files if wanted(name)]
                 for name in files:
                     st = self._own(name, dir_fd, stat.S_ISREG)
                     if st is not None:
@@ -430,20 +441,26 @@ class DirectoryStore(Store):
         finally:
             os.close(fd)
 
-    def cleanup(self, older_than: float) -> int:
+    def cleanup(self, older_than: float, between: Callable[[], None] | None = None) -> int:
         """Remove temporary files last modified before ``older_than`` (a time.time()).
 
         The walk runs while the mount already writes: its own temporary files are
         newer than the mount and must be left alone. It follows no symlink and
-        enters no other mount, and removes only regular files named as ours.
+        enters no other mount, and removes only regular files named as ours; the
+        other files are not even stat'ed. ``between`` is called after each
+        directory (the mount paces the walk with it).
         """
         removed = 0
-        for _, name, st, dir_fd in self._walk_tree(self._root_fd):
-            if name.startswith(".") and TEMP_MARKER in name and st.st_mtime < older_than:
+        for _, name, st, dir_fd in self._walk_tree(self._root_fd, _is_temp_name, between):
+            if st.st_mtime < older_than:
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=dir_fd)
                     removed += 1
         return removed
+
+
+def _is_temp_name(name: str) -> bool:
+    return name.startswith(".") and TEMP_MARKER in name
 
 
 @dataclass(frozen=True)
