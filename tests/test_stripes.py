@@ -420,3 +420,20 @@ def test_errors_copy_whole(error: Exception) -> None:
     assert copied.errno == error.errno  # type: ignore[attr-defined]
     assert copied.logged  # type: ignore[attr-defined]
     assert copied is not error and copied.__traceback__ is None
+
+
+def test_stripes_after_the_array_shrinks_and_grows(tmp_path: Path) -> None:
+    """Cached stripes never stand for bytes of another shape: after truncating to a
+    row inside a chunk and growing back, the rows between read as fill value."""
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    state = ops.tree.resolve("array.raw").view.state  # type: ignore[union-attr]
+    row = COLUMNS * 4
+    assert read_through(ops, cache, data.nbytes) == data.tobytes()
+    assert cache.stripes.assembled
+    state.truncate(61 * row)  # inside the last row of tiles
+    expected = bytearray(data.tobytes()[: 61 * row])
+    assert read_through(ops, cache, len(expected)) == bytes(expected)
+    state.truncate(ROWS * row)  # back to the old shape: rows 61.. are fill (0)
+    expected += bytes((ROWS - 61) * row)
+    assert read_through(ops, cache, len(expected)) == bytes(expected)

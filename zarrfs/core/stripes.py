@@ -48,7 +48,9 @@ STRIPE = "\1"  # key prefix of stripes in the chunk cache (no store key holds it
 
 
 def stripe_key(path: str, stripe: Stripe) -> ChunkKey:
-    return (STRIPE + path, (stripe.start,))
+    # Its extent, not its start alone: after a resize a stripe starting at the same
+    # byte may end elsewhere, and must not be taken for the old one.
+    return (STRIPE + path, (stripe.start, stripe.stop))
 
 
 @dataclass
@@ -67,7 +69,7 @@ class Stripes:
         self.cache = cache
         self._assemblies: dict[ChunkKey, _Assembly] = {}
         # Per array: the stripes cached or under way, by start (to drop by chunk).
-        self._known: dict[str, dict[int, tuple[Stripe, StripeLayout]]] = {}
+        self._known: dict[str, dict[tuple[int, int], tuple[Stripe, StripeLayout]]] = {}
         self.assembled = 0  # stripes assembled; tests count them
         self.reused = 0  # of them, into a buffer an earlier stripe gave back
 
@@ -107,7 +109,7 @@ class Stripes:
         key = stripe_key(meta.path, stripe)
         assembly = _Assembly(stripe, layout, background=priority == BACKGROUND)
         self._assemblies[key] = assembly
-        self._known.setdefault(meta.path, {})[stripe.start] = (stripe, layout)
+        self._known.setdefault(meta.path, {})[_extent(stripe)] = (stripe, layout)
         trio.lowlevel.spawn_system_task(
             self._assemble, meta, layout, stripe, assembly, priority, name="zarrfs-stripe"
         )
@@ -145,7 +147,7 @@ class Stripes:
             if not assembly.superseded and self._assemblies.get(key) is assembly:
                 self.cache.keep(key, value, out)
                 # (keep replaced any older entry, which took the stripe off the books)
-                self._known.setdefault(meta.path, {})[stripe.start] = (stripe, layout)
+                self._known.setdefault(meta.path, {})[_extent(stripe)] = (stripe, layout)
                 if layout.rows < meta.chunks[layout.depth] and not _last_of_row(layout, stripe):
                     return  # the next stripe needs the same chunks
                 for index in indices:
@@ -162,7 +164,7 @@ class Stripes:
             if self._assemblies.get(key) is assembly:
                 del self._assemblies[key]
                 if assembly.value is None or assembly.superseded:
-                    self._forget_known(meta.path, stripe.start)
+                    self._forget_known(meta.path, _extent(stripe))
             assembly.done.set()
 
     async def _chunks(
@@ -220,7 +222,8 @@ class Stripes:
 
     def evicted(self, key: ChunkKey) -> None:
         """The cache let a stripe go."""
-        self._forget_known(key[0][len(STRIPE) :], key[1][0])
+        start, stop = key[1]
+        self._forget_known(key[0][len(STRIPE) :], (start, stop))
 
     def _drop(self, path: str, stripe: Stripe) -> None:
         key = stripe_key(path, stripe)
@@ -228,14 +231,18 @@ class Stripes:
         if assembly is not None:
             assembly.superseded = True
         self.cache.drop(key)
-        self._forget_known(path, stripe.start)
+        self._forget_known(path, _extent(stripe))
 
-    def _forget_known(self, path: str, start: int) -> None:
+    def _forget_known(self, path: str, extent: tuple[int, int]) -> None:
         known = self._known.get(path)
         if known is not None:
-            known.pop(start, None)
+            known.pop(extent, None)
             if not known:
                 del self._known[path]
+
+
+def _extent(stripe: Stripe) -> tuple[int, int]:
+    return stripe.start, stripe.stop
 
 
 def _span(stripe: Stripe) -> tuple[int, int]:
