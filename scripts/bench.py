@@ -559,8 +559,8 @@ def metadata(b: Bench) -> list[Result]:
     )
     warm(store)
     start = time.perf_counter()
-    # Read-only, as the ceiling's tree. (A read-write mount lists slower here, with
-    # the same FUSE requests as counted by -o debug; the cause is not known yet.)
+    # Read-only, as the ceiling's tree (a read-write mount also walks the store for
+    # an earlier run's temporary files, paced, from 5 s after mounting).
     with b.mount(store, "--read-only") as m:
         mounted_at = time.perf_counter()
         ls = subprocess.run(["ls", "-R", str(m.path)], capture_output=True, text=True)
