@@ -30,6 +30,7 @@ from bench import (
     blosc_lz4_v3,
     dd_command,
     npy_sum,
+    reference,
     s3_dd,
     same_bits,
     tensorstore_read,
@@ -326,13 +327,8 @@ def ceiling_result(ceiling: float, tensorstore: list[float]) -> Result | None:
     if not tensorstore:
         return None
     fastest = max(tensorstore)
-    return Result(
-        "layouts FUSE ceiling (memfs) vs fastest tensorstore",
-        f"{ceiling:,.1f} MiB/s",
-        f"{fastest:,.1f} MiB/s",
-        ceiling / fastest,
-        "(bound)",
-        True,
+    return reference(
+        "layouts FUSE ceiling (memfs) vs fastest tensorstore", ceiling, fastest, "MiB/s", "bound"
     )
 
 

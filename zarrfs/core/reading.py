@@ -159,8 +159,9 @@ class ArrayReads:
         (chunks that are runs of array.raw are their own stripes, and a row of
         chunks too large for the cache is read request by request)."""
         meta, budget = self.meta, self.cache.max_bytes
-        if self._striping is not None and self._striping[:2] == (meta, budget):
-            return self._striping[2]
+        cached = self._striping
+        if cached is not None and cached[0] is meta and cached[1] == budget:
+            return cached[2]  # (a resize makes a new ArrayMeta)
         layout = None
         if contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order) is None:
             cap = min(STRIPE_MAX, budget // 8)

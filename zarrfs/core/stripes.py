@@ -34,6 +34,7 @@ import trio
 
 from zarrfs.core.loading import drop_tracebacks
 from zarrfs.core.pool import BACKGROUND, URGENT
+from zarrfs.core.reading import assemble
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats.layout import Index, plan_range
 from zarrfs.formats.model import ArrayMeta
@@ -134,9 +135,6 @@ class Stripes:
                 out = np.empty(stripe.nbytes, dtype=np.uint8)
             else:
                 self.reused += 1
-            # Imported here: core/reading.py imports this module.
-            from zarrfs.core.reading import assemble
-
             # Ahead of any chunk load: whoever waits for this stripe waits for nothing
             # else now, and loads for later stripes queued meanwhile would delay it.
             view = await self.cache.pool.run(assemble, meta, plan, chunks, out, priority=URGENT)
