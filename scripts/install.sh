@@ -7,7 +7,8 @@
 #     (attr), mount/umount/findmnt (util-linux, mount), dd/cat/ls/truncate/mkfifo
 #     (coreutils), od (coreutils);
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
-#     test extra (pytest, hypothesis, zarr, tensorstore, ruff).
+#     test extra (pytest, hypothesis, zarr, tensorstore, ruff);
+#   - /usr/local/bin/zarrfs, a link to the venv's zarrfs (mount(8) runs it for fstab).
 # Safe to run again: apt is skipped when nothing is missing, the venv is reused.
 # Run as root (or as a user with sudo) from any directory.
 set -euo pipefail
@@ -27,7 +28,7 @@ pkg_installed() {
 # The build of pyfuse3, and the programs the tests and scripts run (each test that
 # runs one fails loudly without it: never a skip). Keep this list in step with
 # tests/test_install.py, which checks every program named there is on PATH.
-PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils)
+PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils gdal-bin)
 need=()
 for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")
@@ -89,4 +90,27 @@ say "installing zarrfs (editable) with the test extra; pyfuse3 is compiled on fi
 
 "$VENV/bin/python" -c 'import pyfuse3, numpy, numcodecs, trio, click' \
     || die "the virtualenv is missing a runtime dependency (see the pip output above)"
+
+# ------------------------------------------------------------- the zarrfs command
+# /usr/local/bin/zarrfs -> the venv's script: for users, and for fstab lines of type
+# fuse.zarrfs. mount(8) runs mount.fuse3, which runs "zarrfs STORE MNT -o OPTIONS"
+# through /bin/sh; mount(8) removes PATH from its helpers' environment, so the shell's
+# own default PATH is searched (dash: /usr/local/sbin:/usr/local/bin:/usr/sbin:
+# /usr/bin:/sbin:/bin), whatever the caller's PATH: this one link is enough.
+# tests/test_install.py and tests/test_fstab.py check it.
+LINK=/usr/local/bin/zarrfs
+if [ "$(readlink "$LINK" 2>/dev/null || true)" = "$VENV/bin/zarrfs" ]; then
+    say "$LINK already links to $VENV/bin/zarrfs"
+elif [ -e "$LINK" ] && [ ! -L "$LINK" ]; then
+    say "WARNING: $LINK exists and is not a link: left alone (fstab mounts run that one)"
+elif [ "$(id -u)" -ne 0 ] && [ ! -w "$(dirname "$LINK")" ] && ! command -v sudo >/dev/null 2>&1; then
+    say "WARNING: cannot write $LINK without root: fstab mounts of type fuse.zarrfs need it"
+else
+    LINK_SUDO=()
+    if [ "$(id -u)" -ne 0 ] && [ ! -w "$(dirname "$LINK")" ]; then
+        LINK_SUDO=(sudo)
+    fi
+    "${LINK_SUDO[@]}" ln -sfn "$VENV/bin/zarrfs" "$LINK"
+    say "linked $LINK -> $VENV/bin/zarrfs"
+fi
 say "done: $VENV (activate with: source .venv/bin/activate)"

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.mount
 
 PID_XATTR = "user.zarrfs.pid"
 
-FOO_BAR_FILES = [".zarray", ".zattrs", "array.npy", "array.raw", "info"]
+FOO_BAR_FILES = [".zarray", ".zattrs", "array.hdr", "array.nhdr", "array.npy", "array.raw", "info"]
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -162,7 +162,7 @@ def test_mount_on_a_mounted_mountpoint(example_store: Path, tmp_path: Path) -> N
         finally:
             # the first mount must be untouched (a second one on top would shadow it)
             assert m.process.poll() is None
-        assert sorted(os.listdir(m.path)) == [".zattrs", ".zgroup", "foo", "weather"]
+        assert sorted(os.listdir(m.path)) == [".zarrfs", ".zattrs", ".zgroup", "foo", "weather"]
         assert os.path.ismount(m.path)
 
 
@@ -202,7 +202,7 @@ def test_detached_mount_then_umount(tmp_path: Path, example_store: Path, mountpo
         assert os.path.ismount(mountpoint), "ready as soon as the command returns"
         pid = int(os.getxattr(mountpoint, PID_XATTR))
         assert pid != os.getpid() and alive(pid)
-        assert sorted(os.listdir(mountpoint)) == [".zattrs", ".zgroup", "foo", "weather"]
+        assert sorted(os.listdir(mountpoint)) == [".zarrfs", ".zattrs", ".zgroup", "foo", "weather"]
         expected = np.ascontiguousarray(zarr.open_array(str(example_store / "foo/bar"))[...])
         assert (mountpoint / "foo/bar/array.raw").read_bytes() == expected.tobytes()
 

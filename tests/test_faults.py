@@ -209,7 +209,15 @@ def test_corrupt_chunk_is_one_log_line(fault_mount: Mounted) -> None:
 def test_unknown_codec(fault_store: tuple[Path, dict[str, bytes]], fault_mount: Mounted) -> None:
     store, references = fault_store
     directory = fault_mount / "faulty/nocodec"
-    assert os.listdir(directory) == [".zarray", ".zattrs", "array.npy", "array.raw", "info"]
+    assert os.listdir(directory) == [
+        ".zarray",
+        ".zattrs",
+        "array.hdr",
+        "array.nhdr",
+        "array.npy",
+        "array.raw",
+        "info",
+    ]
     assert (directory / ".zarray").read_bytes() == (store / "faulty/nocodec/.zarray").read_bytes()
     raw = directory / "array.raw"
     expected = references["faulty/nocodec"]
@@ -347,7 +355,9 @@ def test_walking_10000_arrays_reads_no_chunk(tmp_path: Path) -> None:
             for name in dirnames:
                 os.stat(os.path.join(dirpath, name))
         assert arrays == N_GROUPS * N_ARRAYS_PER_GROUP
-        assert files == 1 + N_GROUPS + 4 * N_GROUPS * N_ARRAYS_PER_GROUP  # .zarray, raw, npy, info
+        # .zgroup files, .zarrfs/stats and flush; per array .zarray, raw, npy, info
+        # and the sidecar headers hdr and nhdr (stat makes them without a chunk)
+        assert files == 1 + N_GROUPS + 2 + 6 * N_GROUPS * N_ARRAYS_PER_GROUP
         log = m.log()
         assert [line for line in log.splitlines() if "chunk" in line] == [], log[-2000:]
         # control: reading one array does decode its garbage chunk, and that is logged

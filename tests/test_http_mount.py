@@ -44,7 +44,7 @@ def make_store(root: Path, *, consolidate: bool) -> dict[str, np.ndarray]:
 def test_a_consolidated_store_over_http(http_server: HttpServer) -> None:
     arrays = make_store(http_server.root / "s.zarr", consolidate=True)
     with mounted(f"{http_server.url}/s.zarr") as m:
-        assert sorted(os.listdir(m.path)) == ["plain", "sharded", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == [".zarrfs", "plain", "sharded", "zarr.json"]
         for name, data in arrays.items():
             assert (m.path / name / "array.raw").read_bytes() == data.tobytes()
         with pytest.raises(OSError):
@@ -61,7 +61,7 @@ def test_without_consolidated_metadata_only_the_root_node_is_shown(
 ) -> None:
     make_store(http_server.root / "s.zarr", consolidate=False)
     with mounted(f"{http_server.url}/s.zarr") as m:
-        assert os.listdir(m.path) == ["zarr.json"]
+        assert os.listdir(m.path) == [".zarrfs", "zarr.json"]
     assert "consolidate" in m.log()
     with mounted(f"{http_server.url}/s.zarr/plain") as m:
         data = np.arange(60 * 40, dtype="<f4")

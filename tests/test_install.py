@@ -9,7 +9,9 @@ of), and checks that each program is one install.sh provides and is on PATH.
 from __future__ import annotations
 
 import ast
+import os
 import shutil
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +32,8 @@ PROGRAMS = {
     "truncate": "coreutils",
     "mkfifo": "coreutils",
     "bash": "bash",
+    "gdalinfo": "gdal-bin",  # the sidecar headers' tests read array.raw through GDAL
+    "gdal_translate": "gdal-bin",
 }
 _ESSENTIAL = {"bash"}  # Debian's essential set: always there
 _SUBPROCESS = {"run", "Popen", "check_output", "check_call", "call"}
@@ -76,3 +80,15 @@ def test_every_program_the_code_runs_is_installed_by_install_sh() -> None:
 def test_every_program_is_on_path() -> None:
     absent = [p for p in PROGRAMS if shutil.which(p) is None]
     assert not absent, f"not on PATH (run scripts/install.sh): {absent}"
+
+
+def test_zarrfs_is_linked_where_mount_finds_it() -> None:
+    """fstab lines of type fuse.zarrfs: mount(8) runs mount.fuse3, which runs
+    ``zarrfs STORE MNT -o ...`` through /bin/sh with no PATH in its environment (mount
+    removes it), so the shell's default PATH must find zarrfs: install.sh links
+    /usr/local/bin/zarrfs to the venv's (tests/test_fstab.py runs the real chain)."""
+    link = Path("/usr/local/bin/zarrfs")
+    script = Path(sys.prefix) / "bin" / "zarrfs"
+    assert link.is_symlink(), f"{link} is not a link (run scripts/install.sh)"
+    assert os.readlink(link) == str(script), f"{link} -> {os.readlink(link)}, not {script}"
+    assert f"LINK={link}" in (REPO / "scripts" / "install.sh").read_text()

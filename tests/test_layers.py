@@ -13,7 +13,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "zarrfs"
 
 LAYERS = ["stores", "formats", "core", "views", "tree", "fuse", "mount"]
 SHARED = {"errors", "__init__", "__main__"}
-TOP = {"cli": "mount", "runstate": "mount"}  # modules beside mount.py, same layer
+# modules beside mount.py, same layer
+TOP = {
+    "cli": "mount",
+    "runstate": "mount",
+    "mountopts": "mount",
+    "walk": "mount",
+    "check": "mount",
+    "treeprint": "mount",
+}
 
 
 def layer_of(module: str) -> str | None:

@@ -38,7 +38,7 @@ from zarrfs import runstate
 pytestmark = pytest.mark.mount
 
 NO_FLUSH = ("--flush-interval", "3600")  # nothing stored before close or unmount
-STORE_FILES = [".zattrs", ".zgroup", "foo", "weather"]
+STORE_FILES = [".zarrfs", ".zattrs", ".zgroup", "foo", "weather"]  # .zarrfs: the control dir
 
 
 def mount_entry(path: Path) -> tuple[str, str] | None:

@@ -349,7 +349,7 @@ def test_stage_shard_merges_written_kept_and_dropped_inner_chunks(
             want[boxes[position]] = value
         for position in dropped - set(written):
             want[boxes[position]] = -1
-        staged, index = stage_unit(store, meta, (0, 0), chunks, dropped)
+        staged, index, _ = stage_unit(store, meta, (0, 0), chunks, dropped)
         if staged is not None:
             store.commit([staged])
         assert np.array_equal(oracle(root)[: SHARD[0], : SHARD[1]], want[: SHARD[0], : SHARD[1]])

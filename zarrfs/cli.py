@@ -1,4 +1,5 @@
-"""Command line: ``zarrfs mount`` and ``zarrfs umount``.
+"""Command line: ``zarrfs mount`` and ``zarrfs umount`` (``check`` and ``tree`` live in
+their own modules).
 
 Bad input ends with one line on stderr and a non-zero exit, never a traceback.
 Without ``-f`` the mount detaches: the parent exits 0 only once the daemon says the
@@ -21,9 +22,12 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from zarrfs import runstate
+from zarrfs.check import check_command
 from zarrfs.core.sizes import parse_size
 from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import PID_XATTR
+from zarrfs.mountopts import command_line
+from zarrfs.treeprint import tree_command
 
 if TYPE_CHECKING:
     from zarrfs.mount import MountOptions, PreparedMount
@@ -98,10 +102,15 @@ def cli() -> None:
     """Mount Zarr stores as directories of flat array.raw / array.npy files."""
 
 
+cli.add_command(check_command)  # zarrfs check STORE: zarrfs/check.py
+cli.add_command(tree_command)  # zarrfs tree STORE: zarrfs/treeprint.py
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (exit 2, as click's)."""
     try:
-        code = cli.main(standalone_mode=False)
+        # mount(8)'s form (zarrfs STORE MNT -o OPTS) and -o lists: zarrfs/mountopts.py
+        code = cli.main(args=command_line(sys.argv[1:], cli), standalone_mode=False)
     except click.UsageError as e:
         hint = f" (see 'zarrfs {e.ctx.info_name} --help')" if e.ctx else ""
         fail(f"{e.format_message()}{hint}", 2)
@@ -115,7 +124,13 @@ def main() -> None:
 @click.argument("mountpoint")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground, log to stderr.")
 @click.option("--read-only", is_flag=True, help="Refuse every write (EROFS).")
-@click.option("-o", "fuse_opts", multiple=True, help="FUSE mount options, comma-separated.")
+@click.option(
+    "-o",
+    "fuse_opts",
+    multiple=True,
+    help="Mount options, comma-separated: ro, rw, this command's options by name "
+    "(cache_size=1G), FUSE's (allow_other); mount(8)'s generic ones are ignored.",
+)
 @click.option("--cache-size", default="512M", show_default=True, help="Decoded-chunk cache.")
 @click.option(
     "--write-cache-size",

@@ -97,12 +97,17 @@ def _build(store: Store, options: MountOptions) -> Operations:
     if not options.read_only:
         writeback = WriteBack(store, cache, options.write_cache_size, options.flush_interval)
     tree = Tree(store, cache, writeback, consolidated=options.consolidated)
+    tree.show_control()  # .zarrfs/ at the mount root
     return Operations(tree, read_only=options.read_only)
 
 
 def fuse_options(options: MountOptions) -> set[str]:
     opts = set(pyfuse3.default_options)
-    opts |= {"fsname=zarrfs", "subtype=zarrfs"}
+    opts.add("subtype=zarrfs")
+    # The mount's source; an fstab mount names its store (zarrfs/mountopts.py), so
+    # that mount(8) sees the line is mounted. Two fsname= would leave it to chance.
+    if not any(o.startswith("fsname=") for o in options.fuse_options):
+        opts.add("fsname=zarrfs")
     if options.read_only:
         opts.add("ro")
     if options.debug_fuse:

@@ -10,6 +10,7 @@ serialises it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -24,9 +25,11 @@ from zarrfs.formats.hierarchy import Listing
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
+from zarrfs.views.control import CONTROL_NAME, control_views
 from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView
+from zarrfs.views.sidecars import sidecar_views
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ Node = DirNode | FileNode
 
 
 class Tree:
+    control: DirNode | None = None  # .zarrfs/ at the root, on mounts (show_control)
+
     def __init__(
         self,
         store: Store,
@@ -207,10 +212,22 @@ class Tree:
         if node.state is not None:
             entries[RAW_NAME] = FileNode(RAW_NAME, RawView(node.state), node.mtime)
             entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(node.state), node.mtime)
+            sibling = functools.partial(self._sibling_array, node)
+            for name, view in sidecar_views(node.state, sibling).items():
+                entries[name] = FileNode(name, view, node.mtime)
         assert isinstance(node.meta, ArrayMeta)
         info = InfoView(node.meta, node.documents, node.state, self.store)
         entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime)
         return entries
+
+    def _sibling_array(self, node: DirNode, name: str) -> ArrayState | None:
+        """The array ``name`` beside ``node`` in its group (where xarray keeps
+        coordinates), from entries already loaded: the parent was listed to reach it."""
+        parent: Node | None = self.root if node.path else None
+        for part in [*node.path.split("/")[:-1], name]:
+            loaded = parent.entries if isinstance(parent, DirNode) else None
+            parent = loaded.get(part) if loaded is not None else None
+        return parent.state if isinstance(parent, DirNode) and parent is not node else None
 
     def _group_entries(self, node: DirNode) -> dict[str, Node]:
         entries = self._document_entries(node)
@@ -231,6 +248,24 @@ class Tree:
             log.warning("cannot list %s: %s", path or "/", e)
             return ()
 
+    def show_control(self) -> None:
+        """Show the control directory (views/control.py) at the root, as a mount does
+        (``zarrfs tree`` and tests of the tree do not); before the root is listed."""
+        assert self.root.entries is None, "the root is listed already"
+        now = time.time()
+        files = control_views(self.cache, self.writeback, self.store)
+        entries: dict[str, Node] = {n: FileNode(n, v, now) for n, v in sorted(files.items())}
+        meta = GroupMeta(CONTROL_NAME, 0, ())
+        self.control = DirNode(CONTROL_NAME, meta, now, {}, entries=entries)
+
+    def _add_control(self, node: DirNode, loaded: dict[str, Node]) -> None:
+        if node is not self.root or self.control is None:
+            return
+        if CONTROL_NAME in loaded:
+            # Scripts rely on the control directory being there on every mount.
+            log.warning("hiding the store's %s: zarrfs's control directory", CONTROL_NAME)
+        loaded[CONTROL_NAME] = self.control
+
     def entries(self, node: DirNode) -> dict[str, Node]:
         """The directory's children by name, sorted (blocking on first call)."""
         if node.entries is None:
@@ -240,6 +275,7 @@ class Tree:
                         loaded = self._array_entries(node)
                     else:
                         loaded = self._group_entries(node)
+                    self._add_control(node, loaded)
                     node.entries = dict(sorted(loaded.items()))
         return node.entries
 

@@ -23,6 +23,7 @@ import numpy as np
 import outcome
 import trio
 
+from zarrfs.core.counters import Counters
 from zarrfs.core.loading import Failure, Fetched, decode_fetched, drop_tracebacks, fetch_chunk
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.core.shardread import Where, load_index
@@ -111,6 +112,7 @@ class ChunkCache:
         # until the new shard (and its index) is in place.
         self._replacing: dict[ChunkKey, trio.Event] = {}
         self.stripes = Stripes(self)
+        self.counters = Counters()  # the mount's, for .zarrfs/stats
 
     @property
     def nbytes(self) -> int:
@@ -124,6 +126,7 @@ class ChunkCache:
         while True:
             if key in self._entries:
                 self._entries.move_to_end(key)
+                self.counters.cache_hits += 1
                 return self._entries[key]  # type: ignore[return-value]
             self._check_failure(key)
             flight = self._flights.get(key)
@@ -137,9 +140,11 @@ class ChunkCache:
                 continue  # another reader got it while we read the index
             if where is None:  # not in the shard (or no shard): fill value
                 self._insert(key, None)
+                self.counters.cache_misses += 1
                 return None
             flight = self._start(meta, index, priority, where)
             break
+        self.counters.cache_misses += 1
         value = await self._wait(flight)
         if flight.stale:  # read from a shard that was being replaced: again
             return await self.get(meta, index, priority=priority)
@@ -281,14 +286,19 @@ class ChunkCache:
             if isinstance(error, ZarrfsError):
                 drop_tracebacks(error)  # its message says it all
             if isinstance(error, ChunkError) and not flight.stale:
+                self.counters.decode_failures += 1
                 log.error("%s", str(error))  # a record keeps its args: not the exception
                 flight.failure = Failure(error.array, error.key, error.reason)
                 if current:
                     self._failures[key] = (time.monotonic() + FAILURE_TTL, flight.failure)
             elif isinstance(error, Exception):
+                if not isinstance(error, ChunkError):  # (stale: the shard was replaced)
+                    self.counters.store_failed(error)
                 flight.error, flight.traceback = error, error.__traceback__
             else:
                 flight.value, buffer = result.unwrap()
+                if isinstance(flight.value, np.ndarray):  # a chunk (not an index), stored
+                    self.counters.chunks_decoded += 1
                 if current and not flight.passed:
                     self._insert(key, flight.value)
                     if buffer is not None and key in self._entries:
@@ -304,6 +314,7 @@ class ChunkCache:
         key = (path, index)
         if key in self._entries:
             self._entries.move_to_end(key)
+            self.counters.cache_hits += 1
             return True, self._entries[key]
         return False, None
 

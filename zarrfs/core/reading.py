@@ -302,9 +302,9 @@ class ArrayReads:
         if len(indices) == 1:
             return [await self.get(self.meta, indices[0])]
         ready = [self._ready(index) for index in indices]
+        results = [chunk for _, chunk in ready]
         if all(found for found, _ in ready):  # all at hand: no tasks to start
-            return [chunk for _, chunk in ready]
-        results: list[np.ndarray | None] = [None] * len(indices)
+            return results
         errors: list[ZarrfsError] = []
 
         async def fetch(position: int, index: Index) -> None:
@@ -314,8 +314,9 @@ class ArrayReads:
                 errors.append(e)
 
         async with trio.open_nursery() as nursery:
-            for position, index in enumerate(indices):
-                nursery.start_soon(fetch, position, index)
+            for position, (index, (found, _)) in enumerate(zip(indices, ready)):
+                if not found:  # (each chunk asked of the cache once: hits count once)
+                    nursery.start_soon(fetch, position, index)
         if errors:
             raise errors[0]
         return results

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import trio
 
+from zarrfs.core.counters import Staged
 from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
 from zarrfs.formats.layout import Index
 from zarrfs.formats.model import ArrayMeta, ShardLayout, join_key
@@ -67,26 +68,29 @@ def stage_unit(
     unit: Index,
     chunks: dict[Index, np.ndarray],
     dropped: set[int],
-) -> tuple[Any, ShardIndex | None]:
+) -> tuple[Any, ShardIndex | None, Staged]:
     """(the store's staged value, or None when the unit was deleted; the new index
-    of a shard)."""
+    of a shard; what was done, for the counters)."""
     if meta.shards is not None:
         return stage_shard(store, meta, unit, chunks, dropped)
     ((index, chunk),) = chunks.items()
-    return stage_chunk(store, meta, index, chunk), None
+    staged, did = stage_chunk(store, meta, index, chunk)
+    return staged, None, did
 
 
-def stage_chunk(store: Store, meta: ArrayMeta, index: Index, chunk: np.ndarray) -> Any:
+def stage_chunk(
+    store: Store, meta: ArrayMeta, index: Index, chunk: np.ndarray
+) -> tuple[Any, Staged]:
     """Encode and stage a chunk, or delete it when it is all fill value (None)."""
     keys = meta.chunk_keys(index)
     if is_fill(chunk, meta):
         delete_chunk(store, meta, index)
-        return None
+        return None, Staged(deleted=1)
     try:
         data = meta.codecs.encode(chunk)
     except Exception as e:
         raise ChunkError(meta.display_name, keys[0], f"cannot encode: {e}") from e
-    return store.stage(keys[0], data)
+    return store.stage(keys[0], data), Staged(encoded=1, nbytes=len(data))
 
 
 def stored_units(store: Store, meta: ArrayMeta) -> list[Index]:
@@ -105,13 +109,15 @@ def store_metadata(
     document: bytes,
     consolidated: tuple[str, bytes] | None,
     stale: list[str],
-) -> None:
+) -> Staged:
     """A resize's documents, then the deletion of the values it left stale."""
     store.set(key, document)
     if consolidated is not None:
         store.set(*consolidated)
     for stale_key in stale:
         store.delete(stale_key)
+    written = len(document) + (len(consolidated[1]) if consolidated is not None else 0)
+    return Staged(nbytes=written, deleted=len(stale))
 
 
 def delete_chunk(store: Store, meta: ArrayMeta, index: Index) -> None:
@@ -129,16 +135,17 @@ def stage_shard(
     shard: Index,
     chunks: dict[Index, np.ndarray],
     dropped: set[int],
-) -> tuple[object | None, ShardIndex | None]:
+) -> tuple[object | None, ShardIndex | None, Staged]:
     """Encode and stage shard ``shard`` with ``chunks`` (inner index -> data)
     replacing its inner chunks, and those at ``dropped`` positions left out; or
     delete it when nothing is left. (the store's staged value or None, the new
-    index or None)."""
+    index or None, what was done)."""
     layout = meta.shards
     assert layout is not None
     key = layout.shard_keys(shard)[0]
     encoded: list[bytes | None] = [None] * layout.geometry.n_inner
     kept: list[int] = []
+    count = 0  # inner chunks encoded
     for position, inner in layout.geometry.inner_chunks_in_array(shard):
         chunk = chunks.get(inner)
         if chunk is None:
@@ -153,14 +160,15 @@ def stage_shard(
             raise ChunkError(
                 meta.display_name, key, f"cannot encode inner chunk {inner}: {e}"
             ) from e
+        count += 1
     if kept:
         _copy_kept(store, meta, layout, key, kept, encoded)
     built = shard_parts(encoded, layout.checksum, layout.location, endian=layout.endian)
     if built is None:
         store.delete(key, durable=False)
-        return None, None
+        return None, None, Staged(encoded=count, deleted=1)
     parts, index = built
-    return store.stage(key, parts), index
+    return store.stage(key, parts), index, Staged(count, sum(len(p) for p in parts))
 
 
 def _copy_kept(

@@ -168,9 +168,10 @@ class WriteBack:
             data = {index: dirty.data for index, dirty in members.items()}
             dropped = state.dropped_positions(unit)
             try:
-                staged, stored_index = await self.pool.run(
+                staged, stored_index, did = await self.pool.run(
                     stage_unit, self.store, meta, unit, data, dropped
                 )
+                self.cache.counters.staged(did)
                 if staged is not None:
                     batch.staged.append(staged)
                 batch.arrive()
@@ -179,6 +180,7 @@ class WriteBack:
                 if staged is not None and batch.error is not None:
                     stored_index = _UNKNOWN
                     raise batch.error
+                self.cache.counters.committed(did)
             except BaseException:
                 state.chunks.thaw(members)  # nothing lost: dirty again
                 raise
@@ -189,6 +191,7 @@ class WriteBack:
                 if meta.shards is None and state.is_stale(index):
                     # A shrink overtook this store: the chunk must not outlive it.
                     await self.io_pool.run(delete_chunk, self.store, meta, index)
+                    self.cache.counters.chunks_deleted += 1
                     self.cache.forget(meta.path, index)
                 elif staged is None or batch.keep:
                     if meta.shards is None:
@@ -308,6 +311,7 @@ class WriteBack:
             self._stored()
 
     def _failed(self, error: ZarrfsError) -> None:
+        self.cache.counters.store_failed(error)
         self.failure = error
         self._backoff = min(RETRY_MAX, max(RETRY_FIRST, 2 * self._backoff))
         self._retry_at = time.monotonic() + self._backoff
@@ -347,7 +351,7 @@ class WriteBack:
             stale_keys = [key for unit in stale for key in meta.unit_keys(unit)]
             try:
                 with trio.CancelScope(shield=True):
-                    await self.io_pool.run(
+                    did = await self.io_pool.run(
                         store_metadata,
                         self.store,
                         join_key(meta.path, name),
@@ -358,6 +362,7 @@ class WriteBack:
             except BaseException:
                 self.resized(state)
                 raise
+            self.cache.counters.stored(did)
             # The cache must not bring a deleted chunk back.
             if meta.shards is not None:
                 self.cache.invalidate(meta.path)  # inner chunks of deleted shards

@@ -69,6 +69,14 @@ def _invalidate(inode: int, attr_only: bool) -> None:
         log.debug("invalidate_inode(%d): %s", inode, e)
 
 
+def _failed(ops: Operations, err: int) -> pyfuse3.FUSEError:
+    """The reply to a handler that failed; failures (not refusals such as ENOENT)
+    are counted for .zarrfs/stats."""
+    if err not in _CALLER_ERRNOS:
+        ops.tree.cache.counters.errors += 1
+    return pyfuse3.FUSEError(err)
+
+
 def _boundary(handler: F) -> F:
     @functools.wraps(handler)
     async def wrapper(*args: Any) -> Any:
@@ -81,13 +89,13 @@ def _boundary(handler: F) -> F:
                 log.debug("%s: %s", handler.__name__, e)
             else:
                 log.error("%s", e)
-            raise pyfuse3.FUSEError(e.errno) from None
+            raise _failed(args[0], e.errno) from None
         except OSError as e:
             log.error("%s: %s", handler.__name__, e)
-            raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
+            raise _failed(args[0], e.errno or errno.EIO) from None
         except Exception:
             log.exception("internal error in %s", handler.__name__)
-            raise pyfuse3.FUSEError(errno.EIO) from None
+            raise _failed(args[0], errno.EIO) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -287,8 +295,10 @@ class Operations(pyfuse3.Operations):
         handle = self.files.get(fh)
         view = handle.node.view
         writeback = self.tree.writeback
-        if writeback is not None:
-            await writeback.admit()  # a full cache that cannot be stored refuses
+        # A full cache that cannot be stored refuses data (not .zarrfs/flush, which
+        # adds none and must try the store at once).
+        if writeback is not None and getattr(view, "state", None) is not None:
+            await writeback.admit()
         before = view.size
         written = await view.write(off, buf)
         handle.wrote = True
@@ -373,6 +383,8 @@ class Operations(pyfuse3.Operations):
 
     def _xattrs(self, inode: int) -> dict[str, bytes]:
         node = self.inodes.node(inode)
+        if node is self.tree.control:
+            return {}  # .zarrfs/ is no Zarr group
         if isinstance(node, FileNode):
             state = getattr(node.view, "state", None)
             return array_xattrs(state.meta) if state is not None else {}

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zarrfs.errors import InvalidValueError
+from zarrfs.errors import InvalidValueError, ReadOnlyError
 
 
 def join(prefix: str, name: str) -> str:
@@ -203,3 +203,33 @@ class Store(ABC):
 
     def describe(self) -> str:
         return type(self).__name__
+
+
+class WriteRefusingStore(Store):
+    """A store every write of which raises ReadOnlyError: zip archives, HTTP, and
+    any store opened only to be looked at (``zarrfs check``, ``zarrfs tree``)."""
+
+    read_only = True
+
+    @abstractmethod
+    def refusal(self) -> str:
+        """Why it refuses writes, as the error says."""
+
+    def _refuse(self) -> ReadOnlyError:
+        return ReadOnlyError(self.refusal())
+
+    def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        raise self._refuse()
+
+    def stage(self, key: str, value: bytes | Sequence[bytes]) -> Any:
+        raise self._refuse()
+
+    def commit(self, staged: list[Any]) -> None:
+        raise self._refuse()
+
+    def delete(self, key: str, *, durable: bool = True) -> None:
+        raise self._refuse()
+
+    def sync(self, keys: list[str]) -> None:
+        if keys:  # nothing to make durable is no write
+            raise self._refuse()

@@ -23,10 +23,10 @@ import random
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import timezone
 from http import HTTPStatus
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 import urllib3
 from urllib3.exceptions import (
@@ -40,8 +40,8 @@ from urllib3.exceptions import (
 from urllib3.exceptions import TimeoutError as HTTPTimeoutError
 
 from zarrfs import __version__
-from zarrfs.errors import InvalidValueError, ReadOnlyError, StoreError
-from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
+from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.stores.base import Listing, WriteRefusingStore, check_ranges, resolve_range
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ class _Passing(Exception):
 _RETRIED = (_Passing, ProtocolError, HTTPTimeoutError)  # NewConnectionError is a timeout
 
 
-class HttpStore(Store):
+class HttpStore(WriteRefusingStore):
     read_only = True
     remote = True
     listable = False
@@ -357,22 +357,10 @@ class HttpStore(Store):
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
         return iter(())
 
-    # -- writing -----------------------------------------------------------------------
+    # -- writing: refused (WriteRefusingStore) ----------------------------------------
 
-    def _read_only(self) -> NoReturn:
-        raise ReadOnlyError(f"{self._shown} is served over HTTP: read-only")
-
-    def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
-        self._read_only()
-
-    def stage(self, key: str, value: bytes | Sequence[bytes]) -> Any:
-        self._read_only()
-
-    def commit(self, staged: list[Any]) -> None:
-        self._read_only()
-
-    def delete(self, key: str, *, durable: bool = True) -> None:
-        self._read_only()
+    def refusal(self) -> str:
+        return f"{self._shown} is served over HTTP: read-only"
 
 
 def _window(response: urllib3.BaseHTTPResponse, start: int, length: int) -> bytes:

@@ -31,12 +31,12 @@ import stat
 import struct
 import zlib
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from zarrfs.errors import InvalidValueError, ReadOnlyError, StoreError
-from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
+from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.stores.base import Listing, WriteRefusingStore, check_ranges, resolve_range
 from zarrfs.stores.fileio import CLOEXEC, pread_exactly
 
 MAX_MEMBERS = 10_000_000
@@ -70,7 +70,7 @@ class _BadArchive(Exception):
     """The archive as a whole cannot be read (at open only)."""
 
 
-class ZipStore(Store):
+class ZipStore(WriteRefusingStore):
     read_only = True
     remote = False
     listable = True
@@ -299,26 +299,10 @@ class ZipStore(Store):
                 yield names[i][len(base) :], member.size
             i += 1
 
-    # -- writing: an archive is read-only ------------------------------------------------
+    # -- writing: an archive is read-only (WriteRefusingStore) ---------------------------
 
-    def _refuse(self) -> ReadOnlyError:
-        return ReadOnlyError(f"{self.path}: a zip archive is read-only")
-
-    def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
-        raise self._refuse()
-
-    def stage(self, key: str, value: bytes | Sequence[bytes]) -> Any:
-        raise self._refuse()
-
-    def commit(self, staged: list[Any]) -> None:
-        raise self._refuse()
-
-    def delete(self, key: str, *, durable: bool = True) -> None:
-        raise self._refuse()
-
-    def sync(self, keys: list[str]) -> None:
-        if keys:  # nothing to make durable is no write
-            raise self._refuse()
+    def refusal(self) -> str:
+        return f"{self.path}: a zip archive is read-only"
 
 
 def _base(prefix: str) -> str:

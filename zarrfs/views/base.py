@@ -19,7 +19,7 @@ class View(ABC):
     # Array views override these; every other file is read-only.
     writable = False
     # Content made afresh on each read (never cached by the kernel), size from the
-    # array's shape: set by ``info``.
+    # array's shape: set by ``info`` and the sidecar headers.
     volatile = False
 
     def prefetch(self, offset: int) -> None:  # noqa: B027 - only array views read ahead

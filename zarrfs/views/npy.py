@@ -107,6 +107,11 @@ class NpyView(View):
         return len(self.header) + self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
+        data = await self._read(offset, size)
+        self.state.cache.counters.bytes_read += len(data)
+        return data
+
+    async def _read(self, offset: int, size: int) -> Buffer:
         pending = self.state.npy_header_pending
         if pending is not None:
             return bytes(pending[offset : offset + size])

@@ -22,7 +22,9 @@ class RawView(View):
         return self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
-        return await self.state.read(offset, size)
+        data = await self.state.read(offset, size)
+        self.state.cache.counters.bytes_read += len(data)
+        return data
 
     def prefetch(self, offset: int) -> None:
         self.state.prefetch(offset)

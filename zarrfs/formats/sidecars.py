@@ -1,0 +1,291 @@
+"""Sidecar headers that let legacy tools open ``array.raw`` (pure: no I/O).
+
+``array.hdr`` is an ENVI header (GDAL, QGIS, ENVI/IDL, ImageJ, spectral), and
+``array.nhdr`` a detached NRRD header (ITK, SimpleITK, 3D Slicer, teem, pynrrd).
+Both describe the bytes of ``array.raw`` as they are: C order, the dtype of the
+array's raw view, its byte order. Each is made from the dtype, the shape, the
+array's path and dimension names, and (ENVI) the first value and step of regularly
+spaced coordinates, so the views can make them afresh for every shape.
+
+The ENVI ``map info`` line depends on coordinate values, which ``stat`` must not
+read: where coordinates are named, the line is reserved at a fixed width (every
+number as wide as the widest float64 ``repr``), padded with spaces after its ``}``,
+and replaced by a comment line of the same width when the values turn out not to
+be regular. So the size of the header follows from metadata alone.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# ENVI "data type" codes (ENVI's header format; GDAL's ENVI driver reads the same
+# table; 14 and 15 are newer than Debian 12's GDAL 3.6).
+_ENVI_TYPES = {
+    "u1": 1,
+    "i2": 2,
+    "i4": 3,
+    "f4": 4,
+    "f8": 5,
+    "c8": 6,
+    "c16": 9,
+    "u2": 12,
+    "u4": 13,
+    "i8": 14,
+    "u8": 15,
+}
+# NRRD "type" names (the NRRD0004 format). NRRD has no complex, boolean or half type.
+_NRRD_TYPES = {
+    "i1": "int8",
+    "u1": "uint8",
+    "i2": "int16",
+    "u2": "uint16",
+    "i4": "int32",
+    "u4": "uint32",
+    "i8": "int64",
+    "u8": "uint64",
+    "f4": "float",
+    "f8": "double",
+}
+
+# Coordinates longer than this are not read for a header (8 MiB of float64).
+MAX_COORDINATE_ELEMENTS = 1 << 20
+# A coordinate is regular when each value lies within this fraction of a step of the
+# line through the first and the last (plus the rounding of its own dtype).
+REGULAR_TOLERANCE = 1e-3
+# Names and paths shown in a header are cut to this many characters.
+MAX_NAME_TEXT = 256
+# The widest repr() of a float64.
+_WIDEST_NUMBER = "-1.2345678901234567e-308"
+_NO_MAP_INFO = "; no map info: the coordinates are not regular or do not fit the shape"
+
+# CF/xarray "units" attributes → the unit names ENVI's map info knows.
+_UNITS = {
+    "m": "Meters",
+    "metre": "Meters",
+    "meter": "Meters",
+    "metres": "Meters",
+    "meters": "Meters",
+    "km": "Km",
+    "kilometre": "Km",
+    "kilometer": "Km",
+    "kilometres": "Km",
+    "kilometers": "Km",
+    "ft": "Feet",
+    "foot": "Feet",
+    "feet": "Feet",
+}
+
+
+def _type_key(dtype: np.dtype) -> str | None:
+    if dtype.fields is not None or dtype.subdtype is not None:
+        return None
+    if dtype.kind not in "iufc":
+        return None  # bool, strings, bytes, datetimes, objects
+    return f"{dtype.kind}{dtype.itemsize}"
+
+
+def envi_data_type(dtype: np.dtype) -> int | None:
+    """ENVI's code for ``dtype``; None where ENVI has none (int8, bool, float16, ...)."""
+    key = _type_key(dtype)
+    return None if key is None else _ENVI_TYPES.get(key)
+
+
+def nrrd_type(dtype: np.dtype) -> str | None:
+    """NRRD's type name for ``dtype``; None where NRRD has none (complex, bool, ...)."""
+    key = _type_key(dtype)
+    return None if key is None else _NRRD_TYPES.get(key)
+
+
+def is_big_endian(dtype: np.dtype) -> bool:
+    order = dtype.byteorder
+    return order == ">" or (order == "=" and sys.byteorder == "big")
+
+
+def envi_dimensions(shape: Sequence[int]) -> tuple[int, int, int]:
+    """(samples, lines, bands): the last axis, the one before it, the rest as bands
+    (band sequential is C order); a missing axis counts 1."""
+    samples = shape[-1] if len(shape) >= 1 else 1
+    lines = shape[-2] if len(shape) >= 2 else 1
+    return samples, lines, math.prod(shape[:-2])
+
+
+def _clean(text: str) -> str:
+    """``text`` safe inside a one-line header value: no braces, quotes or control
+    characters (ENVI values end at ``}``, NRRD fields at the line's end), ASCII only
+    (NRRD is ASCII; ENVI readers assume it), cut short."""
+    out = "".join(
+        c if 0x20 <= ord(c) < 0x7F and c not in '{}"\\' else "?" for c in text[:MAX_NAME_TEXT]
+    )
+    return out if len(text) <= MAX_NAME_TEXT else out + "..."
+
+
+def _dimension_text(dimensions: Sequence[str | None] | None) -> str:
+    if not dimensions:
+        return ""
+    return "; dimensions: " + ", ".join(_clean(d) if d else "-" for d in dimensions)
+
+
+def coordinate_units(y_units: object, x_units: object) -> str | None:
+    """The ``units=`` of ENVI's map info for coordinates with these ``units``
+    attributes; None unless both name the same known unit."""
+    found = []
+    for units in (y_units, x_units):
+        if not isinstance(units, str):
+            return None
+        name = units.strip().lower()
+        found.append("Degrees" if name.startswith("degree") else _UNITS.get(name))
+    return found[0] if found[0] is not None and found[0] == found[1] else None
+
+
+def regular_axis(values: np.ndarray) -> tuple[float, float] | None:
+    """(first value, step) of evenly spaced coordinate ``values``; None when they are
+    fewer than two, not finite, not all distinct in one direction, or not regular."""
+    if values.ndim != 1 or len(values) < 2 or values.dtype.kind not in "iuf":
+        return None
+    exact = values.astype(np.float64)
+    if not np.isfinite(exact).all():
+        return None
+    first, last = float(exact[0]), float(exact[-1])
+    step = (last - first) / (len(exact) - 1)
+    if step == 0 or not math.isfinite(step):
+        return None
+    line = first + step * np.arange(len(exact), dtype=np.float64)
+    rounding = float(np.finfo(values.dtype).eps) if values.dtype.kind == "f" else 0.0
+    tolerance = REGULAR_TOLERANCE * abs(step) + 4 * rounding * float(np.abs(exact).max())
+    if float(np.abs(exact - line).max()) > tolerance:
+        return None
+    return first, step
+
+
+@dataclass(frozen=True)
+class MapInfo:
+    """Where the array lies: the outer corner of its first element (row 0, column 0)
+    and the signed steps of the x (last) and y (second-to-last) coordinates."""
+
+    x0: float
+    y0: float
+    dx: float
+    dy: float
+
+
+def map_info_of(y: np.ndarray, x: np.ndarray) -> MapInfo | None:
+    """The map info of an array whose last two axes have cell-centre coordinates
+    ``y`` and ``x``: the corner is half a step before the first centre, as xarray,
+    rioxarray and GDAL's netCDF driver take it. None unless both are regular and x
+    increases (ENVI has no way to say that x decreases)."""
+    ys, xs = regular_axis(y), regular_axis(x)
+    if ys is None or xs is None or xs[1] <= 0:
+        return None
+    (y_first, dy), (x_first, dx) = ys, xs
+    info = MapInfo(x0=x_first - dx / 2, y0=y_first - dy / 2, dx=dx, dy=dy)
+    return info if math.isfinite(info.x0) and math.isfinite(info.y0) else None
+
+
+def _map_info_text(numbers: Sequence[str], units: str | None, *, south_up: bool) -> str:
+    # As GDAL's ENVI driver writes it: reference pixel (1, 1) is the outer corner of
+    # the first pixel; the y size is positive where y decreases down the rows
+    # (north up); y increasing (south up) is "rotation=180", which GDAL reads as
+    # a positive y step (geotransform[5] > 0), not as a turned image.
+    extra = f", units={units}" if units else ""
+    if south_up:
+        extra += ", rotation=180"
+    return f"map info = {{Arbitrary, 1, 1, {', '.join(numbers)}, 0, North{extra}}}"
+
+
+def map_info_width(units: str | None) -> int:
+    """The width reserved for the map info line: the longest any coordinates give."""
+    return len(_map_info_text([_WIDEST_NUMBER] * 4, units, south_up=True))
+
+
+def map_info_line(info: MapInfo | None, units: str | None) -> str:
+    """The map info line at its reserved width (spaces after the ``}``), or for
+    ``None`` a comment line (no ``=``: readers skip it) of the same width."""
+    width = map_info_width(units)
+    if info is None:
+        text = _NO_MAP_INFO
+    else:
+        numbers = [repr(float(v)) for v in (info.x0, info.y0, info.dx, abs(info.dy))]
+        text = _map_info_text(numbers, units, south_up=info.dy > 0)
+        if len(text) > width:  # cannot happen: no repr() of a float64 is wider
+            text = _NO_MAP_INFO
+    return text.ljust(width)
+
+
+def envi_header(
+    dtype: np.dtype,
+    shape: Sequence[int],
+    *,
+    path: str,
+    dimensions: Sequence[str | None] | None,
+    map_info: str | None = None,
+) -> bytes:
+    """An ENVI header for ``array.raw``; ``map_info`` is a line of map_info_line().
+
+    ValueError if ENVI has no type for ``dtype``.
+    """
+    code = envi_data_type(dtype)
+    if code is None:
+        raise ValueError(f"ENVI has no data type for {dtype.str}")
+    samples, lines, bands = envi_dimensions(shape)
+    rows = [
+        "ENVI",
+        f"description = {{Zarr array /{_clean(path)}{_dimension_text(dimensions)}}}",
+        f"samples = {samples}",
+        f"lines = {lines}",
+        f"bands = {bands}",
+        "header offset = 0",
+        "file type = ENVI Standard",
+        f"data type = {code}",
+        "interleave = bsq",
+        f"byte order = {int(is_big_endian(dtype))}",
+    ]
+    if map_info is not None:
+        rows.append(map_info)
+    return ("\n".join(rows) + "\n").encode("ascii")
+
+
+def _labels(dimensions: Sequence[str | None] | None) -> str | None:
+    """NRRD's ``labels`` (fastest axis first), where every axis has a plain name."""
+    if not dimensions or not all(d and _clean(d) == d for d in dimensions):
+        return None
+    return " ".join(f'"{d}"' for d in reversed(dimensions))
+
+
+def nrrd_header(
+    dtype: np.dtype,
+    shape: Sequence[int],
+    *,
+    path: str,
+    dimensions: Sequence[str | None] | None,
+    data_file: str,
+) -> bytes:
+    """A detached NRRD header for ``data_file``: sizes fastest axis first (the C-order
+    shape reversed); a 0-d array is one element of one axis.
+
+    ValueError if NRRD has no type for ``dtype``.
+    """
+    name = nrrd_type(dtype)
+    if name is None:
+        raise ValueError(f"NRRD has no type for {dtype.str}")
+    sizes = list(reversed(shape)) or [1]
+    rows = [
+        "NRRD0004",
+        "# Complete NRRD file format specification at:",
+        "# http://teem.sourceforge.net/nrrd/format.html",
+        f"content: Zarr array /{_clean(path)}",
+        f"type: {name}",
+        f"dimension: {len(sizes)}",
+        "sizes: " + " ".join(str(s) for s in sizes),
+    ]
+    labels = _labels(dimensions) if len(shape) == len(sizes) else None
+    if labels is not None:
+        rows.append(f"labels: {labels}")
+    if dtype.itemsize > 1:
+        rows.append(f"endian: {'big' if is_big_endian(dtype) else 'little'}")
+    rows += ["encoding: raw", f"data file: {data_file}"]
+    return ("\n".join(rows) + "\n").encode("ascii")

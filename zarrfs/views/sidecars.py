@@ -1,0 +1,190 @@
+"""``array.hdr`` (ENVI) and ``array.nhdr`` (detached NRRD): headers for legacy tools.
+
+Both are made from the array state's current metadata on every ``stat`` and read,
+so a resize through the mount changes their text and size together; ``stat`` reads
+no chunk. Like ``info`` they are ``volatile``: handles use direct I/O, and a resize
+invalidates their attributes (fuse/operations.py), so neither a size nor a page
+from before a resize is served.
+
+``map info`` needs the values of the coordinate arrays (xarray's: sibling 1-D
+arrays named by the last two dimension names). Which arrays those are is settled
+when the directory is listed, from metadata alone; their values are read on each
+read of the header from its start (they are small: at most
+MAX_COORDINATE_ELEMENTS), through their own array state, so writes through the
+mount count. The map info line has a fixed width (formats/sidecars.py), so the size
+never waits for those values.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from zarrfs.core.arrays import ArrayState
+from zarrfs.errors import ZarrfsError
+from zarrfs.formats import sidecars
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.sidecars import MAX_COORDINATE_ELEMENTS, MapInfo
+from zarrfs.views.base import View
+
+log = logging.getLogger(__name__)
+
+HDR_NAME = "array.hdr"  # GDAL looks for array.raw.hdr, then array.hdr: never name both
+NHDR_NAME = "array.nhdr"
+DATA_FILE = "array.raw"
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """The 1-D arrays holding the y (second-to-last) and x (last) coordinates."""
+
+    y: ArrayState
+    x: ArrayState
+    units: str | None  # ENVI's name of their common unit
+
+
+def _coordinate_ok(meta: ArrayMeta, name: str, length: int) -> bool:
+    return (
+        len(meta.shape) == 1
+        and meta.shape[0] == length
+        and 2 <= length <= MAX_COORDINATE_ELEMENTS
+        and meta.dtype.kind in "iuf"
+        and meta.dtype.fields is None
+        and meta.dimension_names in (None, (name,))
+    )
+
+
+def find_coordinates(
+    meta: ArrayMeta, sibling: Callable[[str], ArrayState | None]
+) -> Coordinates | None:
+    """The coordinates of ``meta``'s last two axes among its siblings (``sibling``
+    finds one by name): arrays named as those axes, 1-D, as long as them, of real
+    numbers."""
+    names = meta.dimension_names
+    if names is None or len(names) < 2 or len(meta.shape) != len(names):
+        return None
+    y_name, x_name = names[-2], names[-1]
+    if not y_name or not x_name or y_name == x_name:
+        return None
+    y, x = sibling(y_name), sibling(x_name)
+    if y is None or x is None:
+        return None
+    if not (
+        _coordinate_ok(y.meta, y_name, meta.shape[-2])
+        and _coordinate_ok(x.meta, x_name, meta.shape[-1])
+    ):
+        return None
+    units = sidecars.coordinate_units(y.meta.attrs.get("units"), x.meta.attrs.get("units"))
+    return Coordinates(y, x, units)
+
+
+async def _values(state: ArrayState, length: int) -> np.ndarray | None:
+    """The coordinate's values, if it still has ``length`` of them."""
+    meta = state.meta
+    if meta.shape != (length,) or length > MAX_COORDINATE_ELEMENTS:
+        return None
+    try:
+        data = await state.read(0, meta.nbytes)
+    except ZarrfsError as e:
+        # The header is still served, without map info; a chunk failure is logged
+        # once, as for any reader (a remembered one comes back marked as logged).
+        level = logging.DEBUG if getattr(e, "logged", False) else logging.WARNING
+        log.log(level, "%s: no map info from %s: %s", HDR_NAME, meta.display_name, e)
+        return None
+    if len(data) != meta.nbytes:
+        return None
+    return np.frombuffer(data, dtype=meta.dtype, count=length)
+
+
+class _HeaderView(View):
+    """A header made from the live shape: exact size, made again on each read from 0."""
+
+    volatile = True  # direct I/O, attributes invalidated on a resize
+
+    def __init__(self, state: ArrayState) -> None:
+        self.state = state
+        self._text = b""
+        self._sized: tuple[tuple[int, ...], int] | None = None  # (shape, size)
+
+    @abstractmethod
+    def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
+        """The header for ``meta``; its length does not depend on ``map_info``."""
+
+    async def _map_info(self, meta: ArrayMeta) -> MapInfo | None:
+        return None
+
+    @property
+    def size(self) -> int:
+        # stat is frequent (ls -l, every lookup): made once per shape
+        meta = self.state.meta
+        if self._sized is None or self._sized[0] != meta.shape:
+            self._sized = (meta.shape, len(self._header(meta, None)))
+        return self._sized[1]
+
+    async def read(self, offset: int, size: int) -> bytes:
+        if offset == 0 or len(self._text) != self.size:
+            map_info = await self._map_info(self.state.meta)
+            # The shape may have changed meanwhile: the text follows the current one
+            # (the map info line has the same width whatever it holds).
+            self._text = self._header(self.state.meta, map_info)
+        return self._text[offset : offset + size]
+
+
+class EnviHeaderView(_HeaderView):
+    """``array.hdr``: samples, lines and bands of ``array.raw``, band sequential."""
+
+    def __init__(self, state: ArrayState, coordinates: Coordinates | None) -> None:
+        super().__init__(state)
+        self.coordinates = coordinates
+
+    def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
+        line = None
+        if self.coordinates is not None:
+            line = sidecars.map_info_line(map_info, self.coordinates.units)
+        return sidecars.envi_header(
+            meta.dtype,
+            meta.shape,
+            path=meta.path,
+            dimensions=meta.dimension_names,
+            map_info=line,
+        )
+
+    async def _map_info(self, meta: ArrayMeta) -> MapInfo | None:
+        if self.coordinates is None or len(meta.shape) < 2:
+            return None
+        y = await _values(self.coordinates.y, meta.shape[-2])
+        x = await _values(self.coordinates.x, meta.shape[-1])
+        if y is None or x is None:
+            return None
+        return sidecars.map_info_of(y, x)
+
+
+class NrrdHeaderView(_HeaderView):
+    """``array.nhdr``: a detached NRRD header whose data file is ``array.raw``."""
+
+    def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
+        return sidecars.nrrd_header(
+            meta.dtype,
+            meta.shape,
+            path=meta.path,
+            dimensions=meta.dimension_names,
+            data_file=DATA_FILE,
+        )
+
+
+def sidecar_views(
+    state: ArrayState, sibling: Callable[[str], ArrayState | None]
+) -> dict[str, View]:
+    """The headers the array's dtype allows, by file name; ``sibling`` finds another
+    array of its group by name (where its coordinates may be)."""
+    views: dict[str, View] = {}
+    dtype = state.meta.dtype
+    if sidecars.envi_data_type(dtype) is not None:
+        views[HDR_NAME] = EnviHeaderView(state, find_coordinates(state.meta, sibling))
+    if sidecars.nrrd_type(dtype) is not None:
+        views[NHDR_NAME] = NrrdHeaderView(state)
+    return views
