@@ -20,12 +20,12 @@ is what the mount shows and rewrites.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from zarrfs.errors import MetadataError
+from zarrfs.formats import jsontext
 from zarrfs.formats.model import join_key
 from zarrfs.formats.v2 import ARRAY_KEY, ATTRS_KEY, CONSOLIDATED_KEY, GROUP_KEY, load_json_object
 from zarrfs.formats.v3 import ZARR_JSON
@@ -100,9 +100,7 @@ class Consolidated:
 
 
 def dump_document(value: Any, indent: int | None, sort_keys: bool) -> bytes:
-    return json.dumps(
-        value, indent=indent, sort_keys=sort_keys, ensure_ascii=True, allow_nan=True
-    ).encode()
+    return jsontext.dumps(value, indent, sort_keys).encode()
 
 
 def _style(data: bytes) -> tuple[int | None, int, bool]:
