@@ -456,3 +456,16 @@ def test_mountpoint_inside_the_store_is_refused(
         if process.poll() is None:
             process.kill()  # the process this test started
         process.wait()
+
+
+def test_the_daemon_collects_garbage_rarely_and_never_scans_its_startup_objects() -> None:
+    # In a fresh interpreter: tune_gc changes the process's collector for good.
+    code = (
+        "import gc\n"
+        "from zarrfs.mount import GC_YOUNG_THRESHOLD, tune_gc\n"
+        "assert gc.get_freeze_count() == 0 and gc.get_threshold()[0] < GC_YOUNG_THRESHOLD\n"
+        "tune_gc()\n"
+        "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n"
+        "assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

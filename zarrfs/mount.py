@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import logging
 import os
 import re
@@ -331,6 +332,25 @@ def tune_malloc() -> None:
     mallopt(_M_TOP_PAD, 16 << 20)
 
 
+# Allocations between collections of the youngest generation (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Collect less often, and never scan what was built before mounting again.
+
+    Listing a consolidated hierarchy makes a few dozen objects per node: with the
+    default threshold, collections ran every 700 allocations, and each full one
+    walked every node loaded so far (at 10 000 arrays, the first ``ls -R`` spent
+    a quarter of its time in the collector). Freezing moves the imports and the
+    consolidated listing out of the collector's sight. zarrfs makes no reference
+    cycles on its paths that matter for memory (chunk and stripe buffers are freed
+    by reference counting, tested), so collecting later costs no memory.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
+
+
 def serve(
     ops: Operations,
     mountpoint: str,
@@ -349,6 +369,7 @@ def serve(
         mounted = False
         try:
             tune_malloc()
+            tune_gc()
             pyfuse3.init(ops, mountpoint, fuse_options(options))
             mounted = True
             _serve_mounted(ops, mountpoint, target, options, on_ready)
