@@ -117,6 +117,7 @@ class ArrayReads:
     _prefetched_to: int
     _released_to: int
     _striping: tuple[ArrayMeta, int, StripeLayout | None] | None = None
+    _run: tuple[ArrayMeta, int | None] | None = None
 
     def is_stale(self, index: Index) -> bool:
         raise NotImplementedError
@@ -130,9 +131,10 @@ class ArrayReads:
         out: Buffer = b""
         if offset < stored:
             length = min(size, stored - offset)
-            run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+            run = self._chunk_run()
             if run is not None:
-                out = await self._read_runs(run, offset, length)
+                at_hand = self._read_at_hand(run, offset, length)
+                out = await self._read_runs(run, offset, length) if at_hand is None else at_hand
             else:
                 striped = await self._read_striped(offset, length)
                 out = await self._read_planned(offset, length) if striped is None else striped
@@ -228,23 +230,44 @@ class ArrayReads:
                 stripes.start(meta, layout, stripe, BACKGROUND)
             position = stripe.stop
 
+    def _chunk_run(self) -> int | None:
+        """The bytes of array.raw each chunk is a run of (None: chunks are not runs),
+        worked out once per metadata (a resize makes a new ArrayMeta)."""
+        meta = self.meta
+        cached = self._run
+        if cached is not None and cached[0] is meta:
+            return cached[1]
+        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
+        self._run = (meta, run)
+        return run
+
+    def _read_at_hand(self, chunk_nbytes: int, offset: int, length: int) -> Buffer | None:
+        """A read within one chunk that needs no waiting (random reads into a hot
+        array): its slice, without the tasks and lists of the general path."""
+        number, start = divmod(offset, chunk_nbytes)
+        if start + length > chunk_nbytes:
+            return None
+        found, chunk = self._ready((number, *(0,) * (len(self.meta.shape) - 1)))
+        return self._piece(chunk, start, start + length) if found else None
+
     async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
         """The fast path: chunks are runs of array.raw, served as slices of their bytes."""
         runs = contiguous_runs(chunk_nbytes, offset, length)
         trailing = (0,) * (len(self.meta.shape) - 1)
         chunks = await self._get_many([(number, *trailing) for number, _, _ in runs])
-        pieces: list[Buffer] = []
-        fill = self.meta.fill_bytes
-        for (_, start, stop), chunk in zip(runs, chunks):
-            if chunk is None:
-                phase = start % len(fill)
-                count = -(-(stop - start + phase) // len(fill))
-                pieces.append((fill * count)[phase : phase + stop - start])
-                continue
-            part = memoryview(chunk.reshape(-1).view(np.uint8))[start:stop]
-            # Cached chunks are immutable; a dirty one may change after we return.
-            pieces.append(bytes(part) if chunk.flags.writeable else part)
+        pieces = [self._piece(chunk, start, stop) for (_, start, stop), chunk in zip(runs, chunks)]
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _piece(self, chunk: np.ndarray | None, start: int, stop: int) -> Buffer:
+        """Bytes ``start:stop`` of a chunk as array.raw holds it (None: fill value)."""
+        if chunk is None:
+            fill = self.meta.fill_bytes
+            phase = start % len(fill)
+            count = -(-(stop - start + phase) // len(fill))
+            return (fill * count)[phase : phase + stop - start]
+        part = memoryview(chunk.reshape(-1).view(np.uint8))[start:stop]
+        # Cached chunks are immutable; a dirty one may change after we return.
+        return bytes(part) if chunk.flags.writeable else part
 
     def prefetch(self, offset: int) -> None:
         """A reader is streaming from ``offset``: load the chunks ahead of it.
