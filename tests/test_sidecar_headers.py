@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from zarrfs.formats.sidecars import (
     MAX_NAME_TEXT,
     MapInfo,
+    _clean,
     coordinate_units,
     envi_data_type,
     envi_dimensions,
@@ -268,3 +269,16 @@ def test_headers_describe_exactly_the_bytes_of_array_raw(
         assert sizes == (list(reversed(shape)) or [1])
         assert int(nrrd["dimension"]) == len(sizes)
         assert nrrd["type"] == nrrd_type(dtype)
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=300))
+def test_names_in_headers_are_printable_ascii_without_quoting(text: str) -> None:
+    # Each character that is no printable ASCII, or is one of ENVI's and NRRD's
+    # quoting characters, becomes "?"; a long name is cut and says so.
+    expected = "".join(
+        c if 0x20 <= ord(c) < 0x7F and c not in '{}"\\' else "?" for c in text[:MAX_NAME_TEXT]
+    )
+    if len(text) > MAX_NAME_TEXT:
+        expected += "..."
+    assert _clean(text) == expected

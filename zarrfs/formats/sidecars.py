@@ -17,6 +17,7 @@ be regular. So the size of the header follows from metadata alone.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,13 +115,15 @@ def envi_dimensions(shape: Sequence[int]) -> tuple[int, int, int]:
     return samples, lines, math.prod(shape[:-2])
 
 
+# What _clean replaces: anything but printable ASCII, and ENVI's and NRRD's quoting.
+_UNSAFE = re.compile(r'[^\x20-\x7e]|[{}"\\]')
+
+
 def _clean(text: str) -> str:
     """``text`` safe inside a one-line header value: no braces, quotes or control
     characters (ENVI values end at ``}``, NRRD fields at the line's end), ASCII only
     (NRRD is ASCII; ENVI readers assume it), cut short."""
-    out = "".join(
-        c if 0x20 <= ord(c) < 0x7F and c not in '{}"\\' else "?" for c in text[:MAX_NAME_TEXT]
-    )
+    out = _UNSAFE.sub("?", text[:MAX_NAME_TEXT])
     return out if len(text) <= MAX_NAME_TEXT else out + "..."
 
 
