@@ -95,7 +95,7 @@ def fuse_errno(fn: Any, *args: Any) -> int:
 def listing(ops: Operations, inode: int) -> list[str]:
     fh = run(ops.opendir, inode, None)
     try:
-        return [name for name, _ in ops.dirs.get(fh)]
+        return [os.fsdecode(name) for name, _ in ops.dirs.get(fh)]
     finally:
         run(ops.releasedir, fh)
 

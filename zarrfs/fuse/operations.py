@@ -117,7 +117,8 @@ class Operations(pyfuse3.Operations):
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
-        self.dirs: HandleTable[list[tuple[str, Node]]] = HandleTable()
+        self.dirs: HandleTable[list[tuple[bytes, Node]]] = HandleTable()
+        self._listings: dict[int, list[tuple[bytes, Node]]] = {}  # directory inode: its names
         self._attrs: dict[int, pyfuse3.EntryAttributes] = {}
         self._uid = os.getuid()
         self._gid = os.getgid()
@@ -224,18 +225,22 @@ class Operations(pyfuse3.Operations):
 
     @_boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
-        node = self._dir(inode)
-        entries = await self._entries(node)
-        return self.dirs.add(list(entries.items()))
+        listing = self._listings.get(inode)
+        if listing is None:
+            # A directory's names never change once listed: encoded once, every
+            # handle shares the list (ls -R then find: each directory opened twice).
+            entries = await self._entries(self._dir(inode))
+            listing = [(os.fsencode(name), node) for name, node in entries.items()]
+            self._listings[inode] = listing
+        return self.dirs.add(listing)
 
     @_boundary
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self.dirs.get(fh)
+        attributes = self.attributes
         for position in range(start_id, len(listing)):
             name, node = listing[position]
-            if not pyfuse3.readdir_reply(
-                token, os.fsencode(name), self.attributes(node), position + 1
-            ):
+            if not pyfuse3.readdir_reply(token, name, attributes(node), position + 1):
                 break
 
     @_boundary
