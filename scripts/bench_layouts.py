@@ -90,10 +90,15 @@ class Side:
 
     name: str
     rates: list[float] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)  # the machine's CPU s, each round
     failure: str | None = None
 
     def best(self) -> float | None:
         return max(self.rates) if self.rates and self.failure is None else None
+
+    def best_busy(self) -> float:
+        """The machine's CPU seconds in the best round."""
+        return self.busy[self.rates.index(max(self.rates))]
 
     def last(self) -> str:
         return "failed" if self.failure is not None else f"{self.rates[-1]:.1f} MiB/s"
@@ -144,7 +149,10 @@ def cpu_text(usage: cpumeter.Usage, parties: dict[str, float]) -> str:
     return f"CPU s: {named}; machine busy {usage.busy:.2f}, idle {usage.idle:.2f}"
 
 
-def zarr_python_round(store: Path, data: np.ndarray, what: str) -> tuple[float, str]:
+Round = tuple[float, str, float]  # seconds, where the CPU went, the machine's CPU s
+
+
+def zarr_python_round(store: Path, data: np.ndarray, what: str) -> Round:
     """Seconds of zarr-python's ``z[:]`` (opened fresh), and where the CPU went."""
     z = zarr.open_array(str(store / "arr"), mode="r")
     meter = cpumeter.Meter()
@@ -155,10 +163,10 @@ def zarr_python_round(store: Path, data: np.ndarray, what: str) -> tuple[float, 
     usage = meter.stop()
     if not same_bits(out, data):
         raise BenchError(f"{what}: zarr-python read other values than were stored")
-    return elapsed, cpu_text(usage, {"zarr-python": usage.own})
+    return elapsed, cpu_text(usage, {"zarr-python": usage.own}), usage.busy
 
 
-def tensorstore_round(store: Path, driver: str, data: np.ndarray, what: str) -> tuple[float, str]:
+def tensorstore_round(store: Path, driver: str, data: np.ndarray, what: str) -> Round:
     """Seconds of tensorstore's read (opened fresh), and where the CPU went (its open,
     a JSON file read, included)."""
     meter = cpumeter.Meter()
@@ -167,14 +175,15 @@ def tensorstore_round(store: Path, driver: str, data: np.ndarray, what: str) -> 
     usage = meter.stop()
     if not same_bits(out, data):
         raise BenchError(f"{what}: tensorstore read other values than were stored")
-    return elapsed, cpu_text(usage, {"tensorstore": usage.own})
+    return elapsed, cpu_text(usage, {"tensorstore": usage.own}), usage.busy
 
 
-def zarrfs_round(b: Bench, store: Path, data: np.ndarray, what: str) -> tuple[float, str]:
+def zarrfs_round(b: Bench, store: Path, data: np.ndarray, what: str) -> Round:
     """Seconds of ``dd bs=1M`` of array.raw on a fresh mount (its bytes checked after),
     and where the CPU went."""
     elapsed, usage = s3_dd(str(store), b.work, data, what)
-    return elapsed, cpu_text(usage, {"daemon": usage.watched, "dd": usage.children})
+    text = cpu_text(usage, {"daemon": usage.watched, "dd": usage.children})
+    return elapsed, text, usage.busy
 
 
 def npy_round(b: Bench, store: Path) -> tuple[float, float, str]:
@@ -188,17 +197,18 @@ def npy_round(b: Bench, store: Path) -> tuple[float, float, str]:
     return total, elapsed, cpu_text(usage, {"daemon": usage.watched, "numpy": usage.own})
 
 
-def run_side(side: Side, mb: float, read: Callable[[], tuple[float, str]]) -> str:
+def run_side(side: Side, mb: float, read: Callable[[], Round]) -> str:
     """One round of ``side`` unless it failed before: its rate recorded, the CPU line
     returned ("" when it failed, now or before)."""
     if side.failure is not None:
         return ""
     try:
-        elapsed, cpu = read()
+        elapsed, cpu, busy = read()
     except (BenchError, AssertionError, OSError, ValueError) as e:  # ValueError: tensorstore
         side.failure = f"{side.name}: {e}"
         return ""
     side.rates.append(mb / elapsed)
+    side.busy.append(busy)
     return cpu
 
 
@@ -213,7 +223,7 @@ def compare_reads(
     what = f"layouts {layout.name} {codec}"
     mb = data.nbytes / MiB
     zp, ts, fs = Side("zarr-python"), Side("tensorstore"), Side("zarrfs")
-    readers: list[tuple[Side, Callable[[], tuple[float, str]]]] = [
+    readers: list[tuple[Side, Callable[[], Round]]] = [
         (zp, lambda: zarr_python_round(store, data, what)),
         (ts, lambda: tensorstore_round(store, layout.ts_driver, data, what)),
         (fs, lambda: zarrfs_round(b, store, data, what)),
@@ -277,7 +287,7 @@ def layout_case(
     codec: str,
     data: np.ndarray,
     failures: list[str],
-    tensorstore: list[float],
+    tensorstore: list[TensorstoreBest],
 ) -> list[Result]:
     """One store, made, warmed, read by all three (and the npy sum for NPY_CASE), removed."""
     label = f"{layout.name} v{layout.zarr_format} {codec}"
@@ -290,8 +300,9 @@ def layout_case(
         sides = compare_reads(b, layout, codec, store, data)
         results, failed = read_results(label, codec, sides)
         best = sides[1].best()
-        if best is not None:
-            tensorstore.append(best)  # tensorstore's rate, for the FUSE ceiling's line
+        if best is not None:  # for the bounds, once memfs has been measured
+            mb = data.nbytes / MiB
+            tensorstore.append(TensorstoreBest(label, best, sides[1].best_busy() / mb))
         failures += [f"{label}: {failure}" for failure in failed]
         if (layout.name, codec) == NPY_CASE:
             try:  # the reads' results are kept when the npy part fails
@@ -303,11 +314,21 @@ def layout_case(
         shutil.rmtree(store, ignore_errors=True)
 
 
-def fuse_ceiling(b: Bench, nbytes: int) -> tuple[float, str]:
+@dataclass(frozen=True)
+class TensorstoreBest:
+    """tensorstore's best round of one case: its rate and the machine's CPU per MiB."""
+
+    label: str
+    rate: float
+    busy_per_mib: float
+
+
+def fuse_ceiling(b: Bench, nbytes: int) -> tuple[float, str, float]:
     """The best of ``ROUNDS`` ``dd bs=1M`` of scripts/memfs.py serving ``nbytes`` from
-    memory (a pyfuse3 daemon that only slices one buffer: what FUSE alone allows
-    on this machine), MiB/s, and where the CPU went in that round."""
-    best, cpu = 0.0, ""
+    memory (a pyfuse3 daemon that only slices one buffer, with zarrfs's read-ahead:
+    what FUSE alone allows on this machine): MiB/s, where the CPU went, and the
+    machine's CPU seconds per MiB in that round."""
+    best, cpu, busy = 0.0, "", 0.0
     for _ in range(ROUNDS):
         with memfs_mounted(nbytes, b.work) as (path, _log):
             meter = cpumeter.Meter()
@@ -318,18 +339,42 @@ def fuse_ceiling(b: Bench, nbytes: int) -> tuple[float, str]:
             usage = meter.stop()
         if rate > best:
             best, cpu = rate, cpu_text(usage, {"dd": usage.children})
-    return best, cpu
+            busy = usage.busy / (nbytes / MiB)
+    return best, cpu, busy
 
 
-def ceiling_result(ceiling: float, tensorstore: list[float]) -> Result | None:
-    """memfs against the fastest tensorstore read: above what zarrfs can reach where
-    decoding, which shares the cores with FUSE, cost nothing."""
+def bound_results(
+    ceiling: float, serving_per_mib: float, tensorstore: list[TensorstoreBest]
+) -> list[Result]:
+    """What zarrfs could reach against tensorstore, case by case.
+
+    memfs against the fastest tensorstore read is FUSE alone, decoding free. The
+    CPU bound adds the costs: decoding as tensorstore does (the machine's CPU per
+    MiB in its best round) plus serving as memfs does (its CPU per MiB, dd's
+    copies included), every core busy all the time; zarrfs, which decodes with the
+    same C libraries, cannot do better, and reaches it only without idle time.
+    """
     if not tensorstore:
-        return None
-    fastest = max(tensorstore)
-    return reference(
-        "layouts FUSE ceiling (memfs) vs fastest tensorstore", ceiling, fastest, "MiB/s", "bound"
-    )
+        return []
+    fastest = max(tensorstore, key=lambda t: t.rate)
+    results = [
+        reference(
+            "layouts FUSE ceiling (memfs) vs fastest tensorstore",
+            ceiling,
+            fastest.rate,
+            "MiB/s",
+            "bound",
+        )
+    ]
+    cores = os.cpu_count() or 1
+    for case in tensorstore:
+        rate = cores / (case.busy_per_mib + serving_per_mib)
+        results.append(
+            reference(
+                f"layouts {case.label} CPU bound vs tensorstore", rate, case.rate, "MiB/s", "bound"
+            )
+        )
+    return results
 
 
 def layouts(b: Bench) -> list[Result]:
@@ -340,7 +385,7 @@ def layouts(b: Bench) -> list[Result]:
     )
     results: list[Result] = []
     failures: list[str] = []
-    tensorstore: list[float] = []
+    tensorstore: list[TensorstoreBest] = []
     for layout in LAYOUTS:
         for codec in layout.codecs:
             try:
@@ -348,12 +393,14 @@ def layouts(b: Bench) -> list[Result]:
             except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
                 failures.append(f"{layout.name} v{layout.zarr_format} {codec}: {e}")
     try:
-        ceiling, cpu = fuse_ceiling(b, data.nbytes)
+        ceiling, cpu, serving = fuse_ceiling(b, data.nbytes)
         print(f"  FUSE ceiling: scripts/memfs.py serving {data.nbytes / MiB:.0f} MiB from memory,")
         print(f"    dd bs=1M {ceiling:.1f} MiB/s; {cpu}")
-        bound = ceiling_result(ceiling, tensorstore)
-        if bound is not None:
-            results.append(bound)
+        print(
+            f"  CPU bound of each case: {os.cpu_count()} cores / (tensorstore's CPU s per MiB"
+            f" + memfs's {serving * 1000:.2f} ms per MiB)"
+        )
+        results += bound_results(ceiling, serving, tensorstore)
     except (BenchError, AssertionError, OSError, subprocess.CalledProcessError) as e:
         failures.append(f"FUSE ceiling: {e}")
     if failures:
