@@ -25,6 +25,8 @@ import zarr
 
 from tests.mounting import Mounted, mounted
 from tests.test_enospc import full_store
+from tests.test_handlers import ROOT, fuse_errno, run
+from tests.test_handlers import lookup_path as lookup
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.fuse.operations import Operations
@@ -33,7 +35,6 @@ from zarrfs.stores.directory import DirectoryStore
 from zarrfs.tree import Tree
 from zarrfs.views.control import FlushView, StatsView
 
-ROOT = pyfuse3.ROOT_INODE
 SHAPE, CHUNKS = (64, 64), (16, 64)  # uint8, no compressor: a stored chunk is its bytes
 CHUNK_BYTES = CHUNKS[0] * CHUNKS[1]
 SIZE = SHAPE[0] * SHAPE[1]
@@ -71,25 +72,6 @@ def group_store(root: Path) -> Path:
 
 
 # -- handlers, no mount ------------------------------------------------------------------
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return trio.run(fn, *args)
-
-
-def lookup(ops: Operations, path: str) -> pyfuse3.EntryAttributes:
-    inode, attr = ROOT, None
-    for part in path.split("/"):
-        attr = run(ops.lookup, inode, part.encode())
-        inode = attr.st_ino
-    assert attr is not None
-    return attr
-
-
-def fuse_errno(fn: Any, *args: Any) -> int:
-    with pytest.raises(pyfuse3.FUSEError) as info:
-        run(fn, *args)
-    return info.value.errno
 
 
 def listing(ops: Operations, inode: int) -> list[str]:

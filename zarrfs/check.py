@@ -36,9 +36,8 @@ from zarrfs.formats.layout import Index, grid_shape
 from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.formats.shards import ShardIndex, inner_range
 from zarrfs.stores.base import Store
-from zarrfs.stores.location import StoreOptions, open_store
 from zarrfs.views.info import human
-from zarrfs.walk import Hierarchy, ReadOnlyStore, walk
+from zarrfs.walk import Hierarchy, open_and_walk
 
 # Jobs queued per worker thread: enough to keep them busy, few enough that a store
 # of millions of chunks is never all in memory at once.
@@ -359,18 +358,9 @@ def check_command(
     it). Prints each corrupt chunk by its store key with the reason, then a summary
     per array. Exits 0 if everything stored decodes (missing chunks are fine), 1 if
     any chunk is corrupt or any metadata unreadable."""
-    try:
-        opened = ReadOnlyStore(open_store(store, StoreOptions(anonymous=anonymous)))
-        hierarchy = walk(opened, consolidated=not no_consolidated)
-    except ZarrfsError as e:
-        click.echo(f"zarrfs: error: {e}", err=True)
-        sys.exit(1)
-    if not hierarchy.listed:
-        click.echo(
-            f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
-            "metadata: only its root node is checked",
-            err=True,
-        )
+    opened, hierarchy = open_and_walk(
+        store, anonymous=anonymous, consolidated=not no_consolidated, done="checked"
+    )
 
     def out(line: str) -> None:
         tqdm.write(line, file=sys.stdout)

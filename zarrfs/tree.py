@@ -65,6 +65,34 @@ class DirNode:
 Node = DirNode | FileNode
 
 
+def node_documents(
+    store: Store,
+    listing: Listing | None,
+    root_reads: dict[str, bytes | None],
+    path: str,
+    names: tuple[str, ...] = hierarchy.NODE_KEYS,
+) -> dict[str, bytes]:
+    """The documents ``names`` that store directory ``path`` holds: from the
+    consolidated ``listing`` when there is one, else from the store (the root's
+    from ``root_reads``, read once with the root keys)."""
+    if listing is not None:
+        return listing.read(path, names)
+    if store.remote and store.listable:
+        # Over a network one listing costs less than probing every candidate:
+        # only the documents the directory holds are fetched.
+        present = set(store.list_dir(path).keys)
+        names = tuple(n for n in names if n in present)
+    docs = {}
+    for name in names:
+        if not path and name in root_reads:
+            data = root_reads[name]
+        else:
+            data = store.get(join_key(path, name), limit=hierarchy.NODE_LIMIT)
+        if data is not None:
+            docs[name] = data
+    return docs
+
+
 class Tree:
     control: DirNode | None = None  # .zarrfs/ at the root, on mounts (show_control)
 
@@ -133,22 +161,7 @@ class Tree:
         return node
 
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
-        if self.consolidated is not None:
-            return self.consolidated.read(path, names)
-        if self.store.remote and self.store.listable:
-            # Over a network one listing costs less than probing every candidate:
-            # only the documents the directory holds are fetched.
-            present = set(self.store.list_dir(path).keys)
-            names = tuple(n for n in names if n in present)
-        docs = {}
-        for name in names:
-            if not path and name in self._root_reads:
-                data = self._root_reads[name]  # read once, with the root keys
-            else:
-                data = self.store.get(join_key(path, name), limit=hierarchy.NODE_LIMIT)
-            if data is not None:
-                docs[name] = data
-        return docs
+        return node_documents(self.store, self.consolidated, self._root_reads, path, names)
 
     def _load_node(self, path: str, name: str) -> DirNode | None:
         """Classify the store directory ``path``; ``None`` if it is no Zarr node.

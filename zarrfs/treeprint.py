@@ -17,12 +17,10 @@ from typing import Any
 
 import click
 
-from zarrfs.errors import ZarrfsError
 from zarrfs.formats.describe import codec_fields
 from zarrfs.formats.limits import clip
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.stores.location import StoreOptions, open_store
-from zarrfs.walk import Node, ReadOnlyStore, walk
+from zarrfs.walk import Node, open_and_walk
 
 # A line is for reading: codec configurations chosen by the store are cut here.
 MAX_CODECS_TEXT = 1000
@@ -125,20 +123,11 @@ def tree_lines(root: Node) -> list[str]:
 def tree_command(store: str, no_consolidated: bool, anonymous: bool) -> None:
     """Print the hierarchy of the Zarr STORE: groups, and arrays with their shape,
     data type, chunks and codecs. Exits 1 if any metadata cannot be read."""
-    try:
-        opened = ReadOnlyStore(open_store(store, StoreOptions(anonymous=anonymous)))
-        hierarchy = walk(opened, consolidated=not no_consolidated)
-    except ZarrfsError as e:
-        click.echo(f"zarrfs: error: {e}", err=True)
-        sys.exit(1)
+    _, hierarchy = open_and_walk(
+        store, anonymous=anonymous, consolidated=not no_consolidated, done="shown"
+    )
     for line in tree_lines(hierarchy.root):
         click.echo(line)
-    if not hierarchy.listed:
-        click.echo(
-            f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
-            "metadata: only its root is shown",
-            err=True,
-        )
     found = hierarchy.problem_lines()
     for problem in found:
         click.echo(f"zarrfs: metadata unreadable: {problem}", err=True)

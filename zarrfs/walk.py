@@ -11,16 +11,21 @@ report it. Reads only: nothing here writes to the store.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from zarrfs.errors import InvalidValueError, MetadataError, StoreError
+import click
+
+from zarrfs.errors import InvalidValueError, MetadataError, StoreError, ZarrfsError
 from zarrfs.formats import hierarchy
 from zarrfs.formats.hierarchy import Listing
 from zarrfs.formats.model import ArrayMeta, NodeMeta, join_key
 from zarrfs.stores.base import Listing as KeyListing
 from zarrfs.stores.base import Store, WriteRefusingStore
+from zarrfs.stores.location import StoreOptions, open_store
+from zarrfs.tree import node_documents
 
 
 class ReadOnlyStore(WriteRefusingStore):
@@ -165,22 +170,7 @@ class _Walker:
         return None
 
     def _documents(self, path: str) -> dict[str, bytes]:
-        names = hierarchy.NODE_KEYS
-        if self.listing is not None:
-            return self.listing.read(path, names)
-        if self.store.remote and self.store.listable:
-            # one listing costs less than a request for every candidate name
-            present = set(self.store.list_dir(path).keys)
-            names = tuple(n for n in names if n in present)
-        documents = {}
-        for name in names:
-            if not path and name in self.root_reads:
-                data = self.root_reads[name]
-            else:
-                data = self.store.get(join_key(path, name), limit=hierarchy.NODE_LIMIT)
-            if data is not None:
-                documents[name] = data
-        return documents
+        return node_documents(self.store, self.listing, self.root_reads, path)
 
     def child_names(self, path: str) -> tuple[tuple[str, ...], str | None]:
         if self.listing is not None:
@@ -236,3 +226,24 @@ def walk(store: Store, *, consolidated: bool = True) -> Hierarchy:
     listed = walker.listing is not None or store.listable
     key = walker.listing.key if walker.listing is not None else None
     return Hierarchy(root, key, listed, walker.problems)
+
+
+def open_and_walk(
+    location: str, *, anonymous: bool, consolidated: bool, done: str
+) -> tuple[ReadOnlyStore, Hierarchy]:
+    """For the commands that look at a store: it opened read-only and walked, one
+    error line and exit status 1 when that fails, and a warning when only its root
+    could be reached (``done``: what is done with the root, "checked")."""
+    try:
+        opened = ReadOnlyStore(open_store(location, StoreOptions(anonymous=anonymous)))
+        found = walk(opened, consolidated=consolidated)
+    except ZarrfsError as e:
+        click.echo(f"zarrfs: error: {e}", err=True)
+        sys.exit(1)
+    if not found.listed:
+        click.echo(
+            f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
+            f"metadata: only its root is {done}",
+            err=True,
+        )
+    return opened, found
