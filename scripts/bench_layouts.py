@@ -1,6 +1,8 @@
 """The ``layouts`` section of scripts/bench.py (see its docstring): rows, tiles and v3
 shards, each with a fast and a deflate codec, read through zarrfs vs zarr-python 3 and
-tensorstore, in alternating rounds on the same warm store, with where the CPU went.
+tensorstore, in alternating rounds on the same warm store, with where the CPU went;
+then memfs (FUSE alone) and, case by case, the CPU bound: the rate a daemon decoding as
+tensorstore does and serving as memfs does could reach with every core busy.
 
 Run it as ``.venv/bin/python scripts/bench.py --only layouts [--size-mb 128]``.
 """
@@ -363,7 +365,7 @@ def bound_results(
             ceiling,
             fastest.rate,
             "MiB/s",
-            "bound",
+            "ceiling",
         )
     ]
     cores = os.cpu_count() or 1
