@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from zarrfs.core.arrays import ArrayState
@@ -63,6 +64,29 @@ class DirNode:
 
 
 Node = DirNode | FileNode
+
+
+def read_root_keys(
+    store: Store,
+    reads: dict[str, bytes | None],
+    ignoring: Callable[[str, InvalidValueError], None],
+) -> tuple[str, bytes] | None:
+    """Read the root keys into ``reads`` (None: absent) up to the first present one:
+    (key, bytes), or None. A consolidated document the store may not read is handed
+    to ``ignoring`` (the store is listed instead); the root node's own document
+    raises InvalidValueError (the root is unusable)."""
+    for key in hierarchy.ROOT_KEYS:
+        try:
+            data = store.get(key, limit=hierarchy.ROOT_LIMIT)
+        except InvalidValueError as e:
+            if not hierarchy.shown_at_root(key):
+                raise
+            ignoring(key, e)
+            return None
+        reads[key] = data
+        if data is not None:
+            return key, data
+    return None
 
 
 def node_documents(
@@ -134,20 +158,12 @@ class Tree:
 
     def _read_root(self) -> tuple[str, bytes] | None:
         """Read the root keys up to the first present one: (key, bytes), or None."""
-        for key in hierarchy.ROOT_KEYS:
-            try:
-                data = self.store.get(key, limit=hierarchy.ROOT_LIMIT)
-            except InvalidValueError as e:
-                if not hierarchy.shown_at_root(key):
-                    raise  # the root node's own document: the root is unusable
-                log.warning("ignoring %s: %s", key, e)
-                return None
-            self._root_reads[key] = data
-            if data is not None:
-                if hierarchy.shown_at_root(key):
-                    self._root_extra[key] = data
-                return key, data
-        return None
+        source = read_root_keys(
+            self.store, self._root_reads, lambda key, e: log.warning("ignoring %s: %s", key, e)
+        )
+        if source is not None and hierarchy.shown_at_root(source[0]):
+            self._root_extra[source[0]] = source[1]
+        return source
 
     def _open_consolidated(self, key: str, data: bytes) -> None:
         self.consolidated = hierarchy.open_listing(key, data)

@@ -25,7 +25,7 @@ from zarrfs.formats.model import ArrayMeta, NodeMeta, join_key
 from zarrfs.stores.base import Listing as KeyListing
 from zarrfs.stores.base import Store, WriteRefusingStore
 from zarrfs.stores.location import StoreOptions, open_store
-from zarrfs.tree import node_documents
+from zarrfs.tree import node_documents, read_root_keys
 
 
 class ReadOnlyStore(WriteRefusingStore):
@@ -155,19 +155,15 @@ class _Walker:
             self.problems += messages
 
     def _read_root(self) -> tuple[str, bytes] | None:
-        """As Tree._read_root: the root keys up to the first one present."""
-        for key in hierarchy.ROOT_KEYS:
-            try:
-                data = self.store.get(key, limit=hierarchy.ROOT_LIMIT)
-            except InvalidValueError as e:
-                if not hierarchy.shown_at_root(key):
-                    raise MetadataError(f"{key}: {e}") from None  # the root's own document
-                self.problems.append(f"ignoring {key}: {e}")
-                return None
-            self.root_reads[key] = data
-            if data is not None:
-                return key, data
-        return None
+        """As Tree._read_root, the problems kept instead of logged."""
+        try:
+            return read_root_keys(
+                self.store,
+                self.root_reads,
+                lambda key, e: self.problems.append(f"ignoring {key}: {e}"),
+            )
+        except InvalidValueError as e:
+            raise MetadataError(str(e)) from None  # the root's own document
 
     def _documents(self, path: str) -> dict[str, bytes]:
         return node_documents(self.store, self.listing, self.root_reads, path)
