@@ -99,6 +99,13 @@ def memory_cap(extra: int = 2 << 30) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, old)
 
 
+def _access(options: tuple[str, ...]) -> tuple[str, ...]:
+    """Tests mount read-write unless they ask for ``--read-only`` (or ``--rw`` itself)."""
+    if "--read-only" in options or "--rw" in options:
+        return options
+    return ("--rw", *options)
+
+
 def _address_space_cap(nbytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
 
@@ -121,7 +128,7 @@ def mounted(
     limit = None if memory_limit is None else functools.partial(_address_space_cap, memory_limit)
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
-            zarrfs_command("mount", "-f", *options, str(store), mountpoint),
+            zarrfs_command("mount", "-f", *_access(options), str(store), mountpoint),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -124,6 +124,7 @@ def main() -> None:
 @click.argument("mountpoint")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground, log to stderr.")
 @click.option("--read-only", is_flag=True, help="Refuse every write (EROFS).")
+@click.option("--rw", is_flag=True, help="Mount read-write.")
 @click.option(
     "-o",
     "fuse_opts",
@@ -171,6 +172,7 @@ def mount(
     mountpoint: str,
     foreground: bool,
     read_only: bool,
+    rw: bool,
     fuse_opts: tuple[str, ...],
     cache_size: str,
     write_cache_size: str,
