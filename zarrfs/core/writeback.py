@@ -242,6 +242,8 @@ class WriteBack:
         """
         wanted: dict[tuple[int, Index], tuple[ArrayState, Index, bool]] = {}
         for state, index in jobs:
+            if not state.meta.holds_chunk(index):
+                continue  # a shrink dropped it after it was queued
             unit = state.meta.unit_of(index)
             wanted.setdefault((id(state), unit), (state, unit, False))
         for state, unit in units:
@@ -325,55 +327,97 @@ class WriteBack:
         return self.failure is not None and time.monotonic() < self._retry_at
 
     async def flush_metadata(self, state: ArrayState) -> None:
+        """Store a resize: the new shape, then the deletion of what it left stale.
+
+        A resize is a unit of work like a batch. The marks it settles are taken
+        first (a resize while it runs keeps its own, for the next flush); units a
+        batch took before it are waited for before the store is listed, so none of
+        them can land stale after the listing; and each unit it deletes is held
+        from the moment it is chosen, with no await in between, until it is gone:
+        a later store of that unit waits for the deletion, never the reverse.
+        """
         if self._meta_lock is None:
             self._meta_lock = trio.Lock()
         async with self._meta_lock:
             self._resized.pop(id(state), None)
-            stored: list[Index] = []
-            if state.stale_range() is not None:
-                stored = await self.io_pool.run(stored_units, self.store, state.meta)
-            stale, rewrite = state.stale_units(stored)
-            if rewrite:  # shards holding stale inner chunks among live ones
-                await self._gather([], rewrite=[(state, unit) for unit in rewrite])
-            meta = state.meta
-            rows = meta.shape[0] if meta.shape else 0
             low, high = state.low_rows, state.high_rows
-            if rewrite and not stale:
-                self.cache.invalidate(meta.path)  # the inner chunks left out
-            if not state.metadata_changed and not stale:
-                state.mark_stored(rows, low, high)
-                if state.tail:
-                    self.resized(state)
-                return
-            name, document, consolidated = resized_documents(
-                meta, state.documents, self.root_documents
-            )
-            stale_keys = [key for unit in stale for key in meta.unit_keys(unit)]
+            stale: list[Index] = []
+            if state.stale_range() is not None:
+                await self._settle(state)
+                stored = await self.io_pool.run(stored_units, self.store, state.meta)
+                stale = await self._claim_stale(state, stored)
             try:
-                with trio.CancelScope(shield=True):
-                    did = await self.io_pool.run(
-                        store_metadata,
-                        self.store,
-                        join_key(meta.path, name),
-                        document,
-                        consolidated,
-                        stale_keys,
-                    )
-            except BaseException:
-                self.resized(state)
-                raise
-            self.cache.counters.stored(did)
-            # The cache must not bring a deleted chunk back.
-            if meta.shards is not None:
-                self.cache.invalidate(meta.path)  # inner chunks of deleted shards
-            for index in stale if meta.shards is None else ():
-                self.cache.put(meta.path, index, None)
-            state.documents[name] = document
-            if consolidated is not None and self.root_documents is not None:
-                self.root_documents[consolidated[0]] = consolidated[1]
-            state.mark_stored(rows, low, high)
+                await self._store_resize(state, stale, low, high)
+            finally:
+                for unit in stale:
+                    state.chunks.release(unit)
         if state.tail:
             self.resized(state)  # keep it known, so unmount reports the dropped tail
+
+    async def _settle(self, state: ArrayState) -> None:
+        """Wait for the batches holding units of the array now (not for later ones:
+        they store what was written since, with the stale inner chunks left out)."""
+        for event in [state.chunks.holder(unit) for unit in state.chunks.held()]:
+            if event is not None:
+                await event.wait()
+
+    async def _claim_stale(self, state: ArrayState, stored: list[Index]) -> list[Index]:
+        """Of the ``stored`` units, rewrite those holding live chunks among stale
+        ones, and hold those left wholly stale (returned; the caller deletes and
+        releases them). Decided again after every await: a unit written and
+        stored meanwhile is rewritten, not deleted."""
+        candidates, rewritten = stored, set()
+        while True:
+            stale, rewrite = state.stale_units(candidates)
+            todo = [unit for unit in rewrite if unit not in rewritten]
+            busy = [e for e in map(state.chunks.holder, stale) if e is not None]
+            if not todo and not busy:
+                for unit in stale:  # no await since the decision
+                    state.chunks.freeze(unit, {})
+                return stale
+            if todo:
+                await self._gather([], rewrite=[(state, unit) for unit in todo])
+                rewritten.update(todo)
+                self.cache.invalidate(state.meta.path)  # the inner chunks left out
+            for event in busy:
+                await event.wait()
+            candidates = stale
+
+    async def _store_resize(
+        self, state: ArrayState, stale: list[Index], low: int, high: int
+    ) -> None:
+        meta = state.meta
+        rows = meta.shape[0] if meta.shape else 0
+        if not state.metadata_changed and not stale:
+            state.mark_stored(rows, low, high)
+            if state.tail:
+                self.resized(state)
+            return
+        name, document, consolidated = resized_documents(meta, state.documents, self.root_documents)
+        stale_keys = [key for unit in stale for key in meta.unit_keys(unit)]
+        try:
+            with trio.CancelScope(shield=True):
+                did = await self.io_pool.run(
+                    store_metadata,
+                    self.store,
+                    join_key(meta.path, name),
+                    document,
+                    consolidated,
+                    stale_keys,
+                )
+        except BaseException:
+            self.resized(state)
+            raise
+        self.cache.counters.stored(did)
+        # The cache must not bring a deleted chunk back.
+        if meta.shards is not None:
+            self.cache.invalidate(meta.path)  # inner chunks of deleted shards
+        for index in stale if meta.shards is None else ():
+            self.cache.put(meta.path, index, None)
+        state.documents[name] = document
+        if consolidated is not None and self.root_documents is not None:
+            self.root_documents[consolidated[0]] = consolidated[1]
+        state.mark_stored(rows, low, high)
 
     async def flush_array(self, state: ArrayState) -> None:
         """Everything of one array into the store (fsync, close). Errors propagate."""

@@ -12,8 +12,12 @@ import numpy as np
 
 from zarrfs.formats.chain import CodecChain
 from zarrfs.formats.codecs import CodecPipeline
-from zarrfs.formats.layout import Index, chunk_count
+from zarrfs.formats.layout import Index, chunk_count, grid_shape
 from zarrfs.formats.shards import ShardGeometry
+
+
+def _inside(index: Index, grid: Index) -> bool:
+    return len(index) == len(grid) and all(0 <= i < g for i, g in zip(index, grid))
 
 
 @dataclass(frozen=True)
@@ -120,10 +124,18 @@ class ArrayMeta:
         return self.chunk_keys(unit) if self.shards is None else self.shards.shard_keys(unit)
 
     def unit_members(self, unit: Index) -> list[Index]:
-        """The chunks inside the array that ``unit`` holds."""
+        """The chunks inside the array that ``unit`` holds: none when a shrink left
+        the whole unit beyond the end (a flush may still hold it, or find it stored)."""
         if self.shards is None:
-            return [unit]
-        return [index for _, index in self.shards.geometry.inner_chunks_in_array(unit)]
+            return [unit] if self.holds_chunk(unit) else []
+        geometry = self.shards.geometry
+        if not _inside(unit, geometry.shard_grid):
+            return []
+        return [index for _, index in geometry.inner_chunks_in_array(unit)]
+
+    def holds_chunk(self, index: Index) -> bool:
+        """Chunk ``index`` lies inside the array as it is now shaped."""
+        return _inside(index, grid_shape(self.shape, self.chunks))
 
     def stored_unit(self, key: str) -> Index | None:
         """The unit a store key holds (None: no chunk or shard of this array)."""

@@ -1,0 +1,220 @@
+"""Resizes racing the background writer, without a mount: a store whose staging or
+commit of chosen keys waits on a gate the test opens, so a shrink, a grow, a write
+or a flush lands exactly while a batch holds a unit (see docs/concurrency.md,
+"A resize is a unit of work")."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+import zarr
+
+from tests.stores import CountingStore
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.writeback import WriteBack
+from zarrfs.errors import ZarrfsError
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.v2 import parse_array
+from zarrfs.formats.v3 import parse_node
+
+SHAPE, INNER, SHARD = (64, 48), (8, 12), (32, 24)  # 2 x 2 shards of 8 inner chunks
+ROW = SHAPE[1] * 4
+
+
+class GatedStore(CountingStore):
+    """Staging a key that ``gate_keys`` names waits until ``release()``; ``entered``
+    is set when the first such stage has started (its batch holds the unit)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.gate_keys: set[str] = set()
+        self.entered = threading.Event()
+        self._open = threading.Event()
+        self.staged_keys: list[str] = []
+        self.deleted_keys: list[str] = []
+
+    def stage(self, key: str, value: Any) -> Any:
+        self.staged_keys.append(key)
+        if key in self.gate_keys:
+            self.entered.set()
+            assert self._open.wait(30), "the test never opened the gate"
+        return super().stage(key, value)
+
+    def delete(self, key: str, *, durable: bool = True) -> None:
+        self.deleted_keys.append(key)
+        super().delete(key, durable=durable)
+
+    def release(self) -> None:
+        self._open.set()
+
+
+def sharded(root: Path) -> np.ndarray:
+    z = zarr.create_array(
+        store=str(root), shape=SHAPE, dtype="<i4", chunks=INNER, shards=SHARD, fill_value=-1
+    )
+    data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
+    z[...] = data
+    return data
+
+
+def open_state(
+    root: Path, *, sharded_array: bool, budget: int = 1 << 30
+) -> tuple[ArrayState, GatedStore, WriteBack]:
+    store = GatedStore(str(root))
+    cache = ChunkCache(store, 1 << 24)
+    wb = WriteBack(store, cache, budget=budget, interval=3600)
+    if sharded_array:
+        document = (root / "zarr.json").read_bytes()
+        meta = parse_node("", document)
+        documents = {"zarr.json": document}
+    else:
+        document = (root / ".zarray").read_bytes()
+        meta = parse_array("", document, None)
+        documents = {".zarray": document}
+    assert isinstance(meta, ArrayMeta)
+    return ArrayState(meta, documents, cache, wb), store, wb
+
+
+def oracle(root: Path) -> np.ndarray:
+    return np.asarray(zarr.open_array(str(root), mode="r")[...])
+
+
+async def until(store: GatedStore) -> None:
+    """Wait (without blocking trio) until a gated stage has started."""
+    await trio.to_thread.run_sync(store.entered.wait, 10)
+    assert store.entered.is_set()
+
+
+async def in_background(
+    nursery: trio.Nursery, function: Callable[[], Awaitable[Any]], errors: list[BaseException]
+) -> None:
+    async def run() -> None:
+        try:
+            await function()
+        except BaseException as e:
+            errors.append(e)
+
+    nursery.start_soon(run)
+
+
+def internal(errors: list[BaseException]) -> list[BaseException]:
+    """Everything that is not one of zarrfs's own errors (those carry an errno)."""
+    return [e for e in errors if not isinstance(e, ZarrfsError)]
+
+
+def test_a_shard_held_by_a_batch_when_the_array_shrinks_past_it(tmp_path: Path) -> None:
+    """The batch storing shard row 1 finishes after a truncate to 0 rows, and an
+    fsync meanwhile waits for it: neither raises an internal error, and what the
+    truncate removed stays removed."""
+    sharded(tmp_path)
+    state, store, wb = open_state(tmp_path, sharded_array=True)
+    store.gate_keys = {"c/1/0"}
+    new = np.full((32, SHAPE[1]), 7, "<i4")
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        await state.write(32 * ROW, new.tobytes())
+        async with trio.open_nursery() as nursery:
+            await in_background(
+                nursery, lambda: wb._gather([(state, i) for i in state.dirty]), errors
+            )
+            await until(store)
+            state.truncate(0)
+            await in_background(nursery, lambda: wb.flush_array(state), errors)
+            await trio.sleep(0.1)
+            store.release()
+        await wb.flush_array(state)
+        assert await state.read(0, 1) == b""
+        state.truncate(SHAPE[0] * ROW)
+        await wb.flush_array(state)
+        assert np.all(np.frombuffer(await state.read(0, SHAPE[0] * ROW), "<i4") == -1)
+
+    trio.run(main)
+    assert internal(errors) == []
+    assert np.all(oracle(tmp_path) == -1)
+
+
+def test_a_shard_stored_after_a_truncate_began_is_not_left_holding_old_rows(
+    tmp_path: Path,
+) -> None:
+    """Rows appended and being stored when the array is truncated to 0 rows: the
+    store of their shard commits after the truncate's flush started, and growing
+    back must read fill value (never the old rows), through the state and in the
+    store."""
+    z = zarr.create_array(
+        store=str(tmp_path),
+        shape=(32, SHAPE[1]),
+        dtype="<i4",
+        chunks=INNER,
+        shards=SHARD,
+        fill_value=-1,
+    )
+    z[...] = 1
+    state, store, wb = open_state(tmp_path, sharded_array=True)
+    store.gate_keys = {"c/1/0"}
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        await state.write(32 * ROW, np.full((32, SHAPE[1]), 7, "<i4").tobytes())
+        async with trio.open_nursery() as nursery:
+            await in_background(
+                nursery, lambda: wb._gather([(state, i) for i in state.dirty]), errors
+            )
+            await until(store)
+            state.truncate(0)
+            state.truncate(SHAPE[0] * ROW)
+            await in_background(nursery, lambda: wb.flush_metadata(state), errors)
+            await trio.sleep(0.2)  # the flush lists the store while the shard is staged
+            store.release()
+        await wb.flush_array(state)
+        got = np.frombuffer(await state.read(0, SHAPE[0] * ROW), "<i4")
+        assert np.all(got == -1), "a truncate's removed rows came back"
+
+    trio.run(main)
+    assert internal(errors) == []
+    assert np.all(oracle(tmp_path) == -1)
+
+
+def test_a_shard_written_while_a_resize_flush_waits_is_not_deleted(tmp_path: Path) -> None:
+    """A flush of a shrink and grow waits for a shard another batch holds; meanwhile
+    rows of a shard it found stale are written and stored. It must not delete
+    that shard afterwards: the written rows survive, in the state and the store."""
+    data = sharded(tmp_path)
+    state, store, wb = open_state(tmp_path, sharded_array=True)
+    store.gate_keys = {"c/0/0"}
+    errors: list[BaseException] = []
+    rows = np.full((8, SHAPE[1]), 5, "<i4")
+
+    async def main() -> None:
+        await state.write(0, data[:8].tobytes())  # shard (0, 0) and (0, 1) dirty
+        async with trio.open_nursery() as nursery:
+            await in_background(nursery, lambda: wb._gather([(state, (0, 0))]), errors)
+            await until(store)
+            state.truncate(16 * ROW)  # shard row 1 and half of shard row 0 go
+            state.truncate(SHAPE[0] * ROW)
+            await in_background(nursery, lambda: wb.flush_metadata(state), errors)
+            await trio.sleep(0.2)
+            await state.write(40 * ROW, rows.tobytes())  # inside shard row 1
+            await in_background(
+                nursery,
+                lambda: wb._gather([(state, i) for i in state.dirty if i[0] == 5]),
+                errors,
+            )
+            await trio.sleep(0.2)
+            store.release()
+        await wb.flush_array(state)
+        got = np.frombuffer(await state.read(40 * ROW, 8 * ROW), "<i4")
+        assert np.array_equal(got, rows.reshape(-1)), "written rows were lost"
+
+    trio.run(main)
+    assert internal(errors) == []
+    want = np.full(SHAPE, -1, "<i4")
+    want[:16] = data[:16]
+    want[40:48] = 5
+    assert np.array_equal(oracle(tmp_path), want)
