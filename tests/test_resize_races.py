@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import trio
 import zarr
 
@@ -28,8 +29,8 @@ ROW = SHAPE[1] * 4
 
 
 class GatedStore(CountingStore):
-    """Staging a key that ``gate_keys`` names waits until ``release()``; ``entered``
-    is set when the first such stage has started (its batch holds the unit)."""
+    """Staging or reading a key that ``gate_keys`` names waits until ``release()``;
+    ``entered`` is set when the first such call has started."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
@@ -45,6 +46,18 @@ class GatedStore(CountingStore):
             self.entered.set()
             assert self._open.wait(30), "the test never opened the gate"
         return super().stage(key, value)
+
+    def get_buffer(self, key: str, *, limit: int | None = None) -> Any:
+        if key in self.gate_keys:
+            self.entered.set()
+            assert self._open.wait(30), "the test never opened the gate"
+        return super().get_buffer(key, limit=limit)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if key in self.gate_keys:
+            self.entered.set()
+            assert self._open.wait(30), "the test never opened the gate"
+        return super().get_range(key, start, length)
 
     def delete(self, key: str, *, durable: bool = True) -> None:
         self.deleted_keys.append(key)
@@ -218,3 +231,56 @@ def test_a_shard_written_while_a_resize_flush_waits_is_not_deleted(tmp_path: Pat
     want[:16] = data[:16]
     want[40:48] = 5
     assert np.array_equal(oracle(tmp_path), want)
+
+
+@pytest.mark.parametrize("shrink_to", [0, 4, 10])
+@pytest.mark.parametrize("sharded_array", [False, True])
+def test_an_unaligned_write_racing_a_shrink_lands(
+    tmp_path: Path, shrink_to: int, sharded_array: bool
+) -> None:
+    """A write that starts and ends inside elements waits for the stored chunks of
+    its edge elements; another handle shrinks the array meanwhile. The write lands
+    as if it came after the shrink (growing the array again), with no internal
+    error, and everything else the shrink removed reads as fill."""
+    if sharded_array:
+        data = sharded(tmp_path)
+        key = "c/1/0"
+    else:
+        data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
+        z = zarr.create_array(
+            store=str(tmp_path),
+            shape=SHAPE,
+            dtype="<i4",
+            chunks=(8, SHAPE[1]),
+            fill_value=-1,
+            zarr_format=2,
+        )
+        z[...] = data
+        key = "6.0"
+    state, store, wb = open_state(tmp_path, sharded_array=sharded_array)
+    store.gate_keys = {key}
+    offset = 50 * ROW + 2  # inside element (50, 0), up to the end of row 52
+    payload = b"\xab" * (3 * ROW - 2)
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await in_background(nursery, lambda: state.write(offset, payload), errors)
+            await until(store)
+            state.truncate(shrink_to * ROW)
+            await trio.sleep(0.05)
+            store.release()
+        assert errors == []
+        await wb.flush_array(state)
+        return await state.read(0, state.size)
+
+    got = np.frombuffer(trio.run(main), np.uint8)
+    raw = data.tobytes()
+    want = bytearray(np.full(53 * SHAPE[1], -1, "<i4").tobytes())
+    want[: shrink_to * ROW] = raw[: shrink_to * ROW]
+    want[offset : offset + len(payload)] = payload
+    # The edge element keeps the bytes the write did not cover: fill value, as the
+    # shrink removed its row.
+    assert state.size == 53 * ROW
+    assert bytes(got) == bytes(want)
+    assert internal(errors) == []

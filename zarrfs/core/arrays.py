@@ -301,10 +301,14 @@ class ArrayState(ArrayReads, StaleUnits):
             # with a stale copy of its element.
             edges = [plan.elem_start, plan.elem_stop - 1]
             while True:
-                if not await self._complete_elements(edges):
+                complete = await self._complete_elements(edges, meta)
+                if self.meta is not meta:
+                    # Resized while we waited: the write lands as if it came after
+                    # the resize (past a shrink's new end, it grows the array again).
+                    await self.write(offset, data)
+                    return
+                if not complete:
                     continue  # a flush took a chunk meanwhile: make it dirty again
-                if self.meta is not meta:  # resized while we waited: plan again
-                    return await self._write_stored(offset, data)
                 raw[:itemsize] = self._element(edges[0])
                 raw[-itemsize:] = self._element(edges[1])
                 break
@@ -320,16 +324,21 @@ class ArrayState(ArrayReads, StaleUnits):
             tuple(int(p) % c for p, c in zip(position, chunks)),
         )
 
-    async def _complete_elements(self, elements: list[int]) -> bool:
+    async def _complete_elements(self, elements: list[int], meta: ArrayMeta) -> bool:
         """Make the chunks holding ``elements`` dirty and complete; True when they all
-        still are once the last await has returned."""
+        still are once the last await has returned. False at once if the array is no
+        longer shaped as ``meta`` (the elements may be past its end)."""
         indices = list(dict.fromkeys(self._locate(e)[0] for e in elements))
         for index in indices:
+            if self.meta is not meta:
+                return False
             if index not in self.dirty:
                 self._new_dirty(index, base_is_fill=self.is_stale(index))
             if self.dirty[index].mask is not None:
                 await self.materialise(index)
-        return all(i in self.dirty and self.dirty[i].mask is None for i in indices)
+        return self.meta is meta and all(
+            i in self.dirty and self.dirty[i].mask is None for i in indices
+        )
 
     def _element(self, element: int) -> np.ndarray:
         """The bytes of one element from its dirty, complete chunk (no await)."""
