@@ -284,3 +284,46 @@ def test_an_unaligned_write_racing_a_shrink_lands(
     assert state.size == 53 * ROW
     assert bytes(got) == bytes(want)
     assert internal(errors) == []
+
+
+@pytest.mark.parametrize("sharded_array", [False, True])
+def test_writers_refilling_the_cache_are_never_refused_by_a_healthy_store(
+    tmp_path: Path, sharded_array: bool
+) -> None:
+    """Four writers through a write cache of a few chunks, as the FUSE layer calls
+    them (admit, write, relieve): while one flushes to make room, the others fill
+    it again. No store fails, so no write may be refused (ENOSPC); they wait."""
+    if sharded_array:
+        data = sharded(tmp_path)
+    else:
+        data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
+        z = zarr.create_array(
+            store=str(tmp_path), shape=SHAPE, dtype="<i4", chunks=INNER, zarr_format=2
+        )
+        z[...] = data
+    state, _, wb = open_state(tmp_path, sharded_array=sharded_array, budget=3 * 8 * 12 * 4)
+    refused: list[BaseException] = []
+    rng = np.random.default_rng(0)
+    plans = [rng.integers(0, SHAPE[0], 60) for _ in range(4)]
+
+    async def writer(rows: np.ndarray, value: int) -> None:
+        for row in rows:
+            try:
+                await wb.admit()
+            except ZarrfsError as e:
+                refused.append(e)
+                continue
+            data[row] = value
+            await state.write(int(row) * ROW, data[row].tobytes())
+            await wb.relieve()
+            await trio.sleep(0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for number, rows in enumerate(plans):
+                nursery.start_soon(writer, rows, 100 + number)
+        await wb.flush_array(state)
+
+    trio.run(main)
+    assert refused == []
+    assert np.array_equal(oracle(tmp_path), data)

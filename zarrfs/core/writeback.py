@@ -15,7 +15,6 @@ the deletion of chunks a shrink left beyond the end.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import time
@@ -472,26 +471,27 @@ class WriteBack:
         return queued + self._behind_held > limit
 
     async def admit(self) -> None:
-        """Before a write: while dirty chunks exceed the budget and cannot be stored,
-        refuse it (the store's errno) instead of growing the cache past its bound."""
-        if self.dirty_bytes <= self.budget:
-            return
-        if not self.backing_off():
-            with contextlib.suppress(ZarrfsError):
+        """Before a write: while dirty chunks exceed the budget, flush the oldest and
+        wait; refuse the write (the store's errno) only while a store has failed
+        recently, instead of growing the cache past its bound. Other writers may
+        fill the cache again while one flushes: that is a wait, never a refusal."""
+        while self.dirty_bytes > self.budget:
+            if self.backing_off():
+                self._refuse()
+            with contextlib.suppress(ZarrfsError):  # kept in ``failure``: refused above
                 await self._flush_oldest()
-            if self.dirty_bytes <= self.budget:
-                return
+
+    def _refuse(self) -> None:
         failure = self.failure
-        reason = failure if failure is not None else "chunks could not be stored"
-        err = failure.errno if failure is not None else errno.ENOSPC
+        assert failure is not None
         self.failure_log(
             logging.ERROR,
             "refusing writes: %d bytes not stored fill the write cache (%d): %s",
             self.dirty_bytes,
             self.budget,
-            reason,
+            failure,
         )
-        refusal = StoreError(f"write cache full and storing failed: {reason}", err)
+        refusal = StoreError(f"write cache full and storing failed: {failure}", failure.errno)
         refusal.logged = True  # type: ignore[attr-defined]
         raise refusal
 
