@@ -327,3 +327,38 @@ def test_writers_refilling_the_cache_are_never_refused_by_a_healthy_store(
     trio.run(main)
     assert refused == []
     assert np.array_equal(oracle(tmp_path), data)
+
+
+def test_a_bug_in_a_background_store_costs_that_batch_not_the_writer(tmp_path: Path) -> None:
+    """An unexpected exception in a write-behind batch or a periodic flush is
+    logged and counted; the loops go on, the chunks stay dirty, and a later flush
+    stores them."""
+    sharded(tmp_path)
+    state, _, wb = open_state(tmp_path, sharded_array=True)
+    wb.interval = 0.05
+    real_gather = wb._gather
+    failures = 0
+
+    async def buggy_gather(*args: Any, **kwargs: Any) -> None:
+        nonlocal failures
+        if failures < 2:
+            failures += 1
+            raise IndexError("a bug")
+        await real_gather(*args, **kwargs)
+
+    wb._gather = buggy_gather  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wb.run_write_behind)
+            nursery.start_soon(wb.run_periodic)
+            await state.write(0, np.full((32, SHAPE[1]), 3, "<i4").tobytes())
+            wb.behind(state, (3, 0))
+            with trio.fail_after(10):
+                while state.chunks.busy:
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert failures == 2 and wb.cache.counters.errors == 2
+    assert np.all(oracle(tmp_path)[:32] == 3)

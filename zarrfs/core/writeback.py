@@ -551,6 +551,11 @@ class WriteBack:
             self.failure_log(
                 logging.WARNING, "background store failed (the chunks stay dirty): %s", e
             )
+        except Exception:
+            # A bug must cost this batch, not the mount and every other array's
+            # dirty data: its chunks stay dirty, and fsync or close reports.
+            self.cache.counters.errors += 1
+            log.exception("internal error storing chunks in the background")
         finally:
             self._behind_held -= held
             slots.release()
@@ -573,3 +578,6 @@ class WriteBack:
                         await self.flush_metadata(state)
             except ZarrfsError as e:
                 self.failure_log(logging.ERROR, "periodic flush failed (will retry): %s", e)
+            except Exception:
+                self.cache.counters.errors += 1
+                log.exception("internal error in the periodic flush (will retry)")
