@@ -5,6 +5,9 @@ Each test here failed on the code before its fix (issue 10, items B.1, D.1, D.4,
 
 from __future__ import annotations
 
+import io
+import logging
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -167,26 +170,115 @@ def test_npy_write_far_past_a_pending_header_is_einval_at_once(tmp_path: Path) -
         trio.run(go)
 
 
-def test_an_interrupted_np_save_leaves_a_loadable_npy_after_raw_appends(tmp_path: Path) -> None:
-    """``: > array.npy`` then rows appended to array.raw: array.npy shows those rows
-    (it stayed an empty file, and np.load raised EOFError, until remount)."""
+def test_an_interrupted_np_save_leaves_the_array_as_it_was(tmp_path: Path) -> None:
+    """``: > array.npy`` (O_TRUNC, then close without a header): the truncate was
+    held for a header and is dropped, so the array and array.npy are unchanged, and
+    rows appended to array.raw afterwards show in array.npy."""
     root = tmp_path / "a.zarr"
-    f8_array(root)
+    data = f8_array(root)
     state, writeback = open_array(root)
     npy = NpyView(state)
-    npy.truncate(0)
-    npy.closed()  # the handle that truncated is closed without writing a header
-    assert npy.size == len(npy.header)
+    before = npy.size
+    npy.open_truncated()
+    assert npy.size == 0  # the writer sees an empty file
+    npy.closed()  # closed without writing a header
+    assert npy.size == before and state.meta.shape == data.shape
 
     async def go() -> None:
-        await RawView(state).write(0, np.arange(5, dtype="<f8").tobytes())
-        assert npy.size == len(npy.header) + 40
+        await RawView(state).write(state.size, np.arange(5, dtype="<f8").tobytes())
+        assert npy.size == before + 40
         body = await npy.read(0, npy.size)
         (tmp_path / "copy.npy").write_bytes(bytes(body))
         await writeback.flush_array(state)
 
     trio.run(go)
-    assert np.load(tmp_path / "copy.npy").tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert np.load(tmp_path / "copy.npy").tolist() == [*data.tolist(), 0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+REFUSED_SAVES = {
+    "dtype": (np.zeros((1, 90, 180), "<f8"), "dtype <f8 is not the array's <i2"),
+    "trailing shape": (np.zeros((1, 90, 181), "<i2"), "trailing shape (90, 181)"),
+    "dimensions": (np.zeros((90, 180), "<i2"), "2 dimensions, the array has 3"),
+    "byte order": (np.zeros((1, 90, 180), ">i2"), "dtype >i2 is not the array's <i2"),
+}
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["one-write", "header-then-data"])
+@pytest.mark.parametrize("what", sorted(REFUSED_SAVES))
+def test_a_refused_np_save_changes_nothing(
+    tmp_path: Path, what: str, whole: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """np.save of another dtype or trailing shape onto array.npy (O_TRUNC, header,
+    data): EINVAL with one log line naming the array and the reason; the data that
+    follows is refused too; after close the array, its metadata and its chunks are
+    as they were."""
+    root = tmp_path / "tas"
+    old = np.arange(3 * 90 * 180, dtype="<i2").reshape(3, 90, 180)
+    z = zarr.create_array(
+        store=str(root), shape=old.shape, chunks=(1, 45, 90), dtype="<i2", zarr_format=2
+    )
+    z[...] = old
+    files_before = sorted(p.name for p in root.iterdir())
+    state, writeback = open_array(root)
+    npy = NpyView(state)
+    bad, reason = REFUSED_SAVES[what]
+    body = _npy_bytes(bad)
+    header_length = len(body) - bad.nbytes
+
+    async def go() -> None:
+        npy.open_truncated()
+        writes = [body] if whole else [body[:header_length], body[header_length:]]
+        offset = 0
+        with pytest.raises(InvalidArgumentError, match=re.escape(reason)):
+            await npy.write(offset, writes[0])
+        offset += len(writes[0])
+        for more in writes[1:]:
+            with pytest.raises(InvalidArgumentError):
+                await npy.write(offset, more)
+        npy.closed()
+        await writeback.flush_all()
+
+    with caplog.at_level(logging.WARNING):
+        trio.run(go)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and reason in lines[0] and "unchanged" in lines[0], lines
+    assert state.meta.shape == old.shape
+    assert npy.size == len(npy.header) + old.nbytes
+    assert sorted(p.name for p in root.iterdir()) == files_before
+    assert np.array_equal(zarr.open_array(str(root), mode="r")[...], old)
+
+
+def test_a_matching_np_save_after_a_held_truncate_replaces_the_array(tmp_path: Path) -> None:
+    """The held truncate is applied when the header matches: rows beyond the new
+    data read as fill value, never the old bytes."""
+    root = tmp_path / "a.zarr"
+    f8_array(root)
+    state, writeback = open_array(root)
+    npy = NpyView(state)
+    new = np.arange(100, 110, dtype="<f8")
+    body = _npy_bytes(new)
+    header_length = len(body) - new.nbytes
+
+    async def go() -> bytes:
+        npy.open_truncated()
+        await npy.write(0, body[:header_length])
+        assert state.meta.shape == (10,)
+        got = await npy.read(0, npy.size)
+        await npy.write(header_length, body[header_length:])
+        npy.closed()
+        await writeback.flush_array(state)
+        return bytes(got)
+
+    unwritten = trio.run(go)
+    fill = np.frombuffer(unwritten[header_length:], "<f8")
+    assert np.all(fill == 0.0)  # the old array held 0..9 here: never shown
+    assert np.array_equal(zarr.open_array(str(root), mode="r")[...], new)
 
 
 def test_a_raw_write_drops_a_pending_npy_header(tmp_path: Path) -> None:

@@ -1128,6 +1128,7 @@ def test_np_save_of_another_dtype_or_shape_is_einval(template: Template, tmp_pat
         "1-D (60,)": rng.standard_normal(60).astype("<f4"),
         "3-D (10, 6, 1)": rng.standard_normal((10, 6, 1)).astype("<f4"),
     }
+    model = model_of(template, name)
     with mounted(store, *NO_FLUSH, log_dir=tmp_path) as m:
         npy = m / name / "array.npy"
         for what, bad in mismatches.items():
@@ -1136,6 +1137,9 @@ def test_np_save_of_another_dtype_or_shape_is_einval(template: Template, tmp_pat
             # the header's write fails; closing the file may fail again on top of it
             assert errno.EINVAL in errnos(info.value), f"{what}: {info.value!r}"
             assert zarray(store / name)["dtype"] == "<f4", what
+            # the O_TRUNC was held for a matching header: nothing changed
+            assert_mount_shows(m, name, model)
+            assert_store_holds(store / name, model.array(), f"after a refused {what}")
         # the same header written by hand after O_TRUNC
         with opened(npy, os.O_WRONLY | os.O_TRUNC, check_close=False) as fd:
             buf = io.BytesIO()
@@ -1143,6 +1147,10 @@ def test_np_save_of_another_dtype_or_shape_is_einval(template: Template, tmp_pat
                 buf, {"descr": "<f8", "fortran_order": False, "shape": (2, 6)}
             )
             expect_errno(lambda: os.write(fd, buf.getvalue()), (errno.EINVAL,), "raw header")
+        assert_mount_shows(m, name, model)
+        refusals = [line for line in m.log().splitlines() if "refusing a new array.npy" in line]
+        assert len(refusals) == len(mismatches) + 1, refusals
+        assert all(name in line for line in refusals), refusals
         # still usable: the right dtype and trailing shape works
         good = rng.standard_normal((4, 6)).astype("<f4")
         np.save(npy, good)

@@ -264,7 +264,7 @@ class Operations(pyfuse3.Operations):
         handle = OpenFile(node, inode)
         if flags & _WRITE_FLAGS:
             if flags & os.O_TRUNC:
-                node.view.truncate(0)
+                node.view.open_truncated()
                 handle.wrote = True
                 await self._changed(inode, node, data=True)
             # A handle that writes bypasses the page cache: the kernel would otherwise

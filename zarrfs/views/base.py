@@ -34,6 +34,10 @@ class View(ABC):
     def truncate(self, size: int) -> None:
         raise AccessDeniedError("metadata documents are read-only")
 
+    def open_truncated(self) -> None:
+        """Opened with O_TRUNC."""
+        self.truncate(0)
+
 
 class BytesView(View):
     """A file whose content is held in memory: the store's metadata documents, ``info``."""

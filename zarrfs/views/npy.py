@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import logging
+from typing import NoReturn
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -82,7 +83,10 @@ class NpyView(View):
 
     The header of an existing file cannot be changed (EPERM), but after O_TRUNC the
     first bytes written form a new header, which may set a new ``shape[0]`` as long
-    as dtype and trailing shape match (so ``np.save`` onto the file works).
+    as dtype and trailing shape match (so ``np.save`` onto the file works). An open
+    with O_TRUNC changes nothing until such a header is written: the truncate is
+    held until then, and dropped if the header is refused or the file is closed
+    before one is complete, so a refused ``np.save`` leaves the array as it was.
     """
 
     writable = True
@@ -91,6 +95,8 @@ class NpyView(View):
         self.state = state
         self._header_for: tuple[int, ...] | None = None
         self._header = b""
+        self._truncate_held = False  # an O_TRUNC not applied until a header matches
+        self._refused: str | None = None  # why the new header was refused
 
     @property
     def header(self) -> bytes:
@@ -133,6 +139,12 @@ class NpyView(View):
     async def write(self, offset: int, data: bytes) -> int:
         state = self.state
         if state.npy_header_pending is not None:
+            if self._refused is not None:
+                # The rest of a refused np.save must not land in the array.
+                raise InvalidArgumentError(
+                    f"{state.meta.display_name}: the NPY header written after truncation "
+                    f"was refused ({self._refused}); close the file and write a matching one"
+                )
             return await self._write_new_header(offset, data)
         header = self.header
         hlen = len(header)
@@ -163,51 +175,69 @@ class NpyView(View):
         try:
             parsed = parse_npy_header(pending)
         except ValueError as e:
-            state.npy_header_pending = None  # refused: the file is the empty array again
-            raise InvalidArgumentError(f"{state.meta.display_name}: invalid NPY header: {e}") from e
+            self._refuse(f"invalid NPY header: {e}")
         if parsed is None:
             return len(data)
         length, dtype, shape, fortran_order = parsed
         meta = state.meta
-        if (
-            dtype != meta.dtype
-            or fortran_order
-            or tuple(shape[1:]) != meta.shape[1:]
-            or (len(shape) != len(meta.shape))
-        ):
-            state.npy_header_pending = None  # refused: the file is the empty array again
-            raise InvalidArgumentError(
-                f"{meta.display_name}: NPY header {dtype.str} {shape} does not match "
-                f"the array ({meta.dtype.str}, trailing shape {meta.shape[1:]})"
-            )
+        mismatch = header_mismatch(meta.dtype, meta.shape, dtype, shape, fortran_order)
+        if mismatch is None and length != len(npy_header(dtype, shape)):
+            mismatch = "its header is laid out unlike numpy's own for that array"
+        if mismatch is not None:
+            self._refuse(f"NPY header {dtype.str} {shape}: {mismatch}")
         rest = bytes(pending[length:])
         state.npy_header_pending = None
+        if self._truncate_held:
+            state.truncate(0)  # what the O_TRUNC asked for, now that a header matches
+            self._truncate_held = False
         if shape:
             state.resize(shape[0])
-        if length != len(self.header):
-            raise InvalidArgumentError(f"{meta.display_name}: NPY header length differs")
         if rest:
             await state.write(0, rest)
         return len(data)
 
+    def _refuse(self, reason: str) -> NoReturn:
+        """Refuse the new header: the array stays as it was when the file was opened
+        (a held truncate is dropped at close), and so do further writes of this
+        header's data, until the writer closes the file."""
+        self._refused = reason
+        name = self.state.meta.display_name
+        unchanged = "; the array is unchanged" if self._truncate_held else ""
+        log.warning("%s: refusing a new array.npy (np.save): %s%s", name, reason, unchanged)
+        error = InvalidArgumentError(f"{name}: {reason}")
+        error.logged = True  # type: ignore[attr-defined]
+        raise error
+
+    def open_truncated(self) -> None:
+        """O_TRUNC: the following writes form a new header; held until they do."""
+        self.state.npy_header_pending = bytearray()
+        self._truncate_held = True
+        self._refused = None
+
     def closed(self) -> None:
-        """A handle that wrote was closed: a header it left incomplete is dropped, so
-        the file is the array again (an interrupted ``np.save``, ``: > array.npy``)."""
+        """A handle that wrote was closed: a header it left incomplete or refused is
+        dropped, so the file is the array again (an interrupted or refused
+        ``np.save``, ``: > array.npy``), with its truncate if one was held."""
         pending = self.state.npy_header_pending
         if pending is not None:
-            if pending:
+            if pending and self._refused is None:
                 log.warning(
-                    "%s: dropping %d bytes of an incomplete NPY header",
+                    "%s: dropping %d bytes of an incomplete NPY header%s",
                     self.state.meta.display_name,
                     len(pending),
+                    "; the array is unchanged" if self._truncate_held else "",
                 )
             self.state.npy_header_pending = None
+        self._truncate_held = False
+        self._refused = None
 
     def truncate(self, size: int) -> None:
         state = self.state
         if size == 0:
             state.truncate(0)
             state.npy_header_pending = bytearray()
+            self._truncate_held = False
+            self._refused = None
             return
         if state.npy_header_pending is not None:
             raise InvalidArgumentError(f"{state.meta.display_name}: NPY header incomplete")
@@ -227,3 +257,23 @@ class NpyView(View):
                 f"{state.meta.display_name}: size {size} is not header + whole rows"
             )
         state.truncate(rows * row)
+
+
+def header_mismatch(
+    dtype: np.dtype,
+    shape: tuple[int, ...],
+    new_dtype: np.dtype,
+    new_shape: tuple[int, ...],
+    fortran_order: bool,
+) -> str | None:
+    """Why a new NPY header cannot become an array of ``dtype`` and ``shape`` (only
+    ``shape[0]`` may change), or None."""
+    if new_dtype != dtype:
+        return f"dtype {new_dtype.str} is not the array's {dtype.str}"
+    if fortran_order:
+        return "Fortran order (the array is C order)"
+    if len(new_shape) != len(shape):
+        return f"{len(new_shape)} dimensions, the array has {len(shape)}"
+    if tuple(new_shape[1:]) != tuple(shape[1:]):
+        return f"trailing shape {tuple(new_shape[1:])} is not the array's {tuple(shape[1:])}"
+    return None
