@@ -72,7 +72,6 @@ def test_fsx_resizes_racing_the_background_writer(
 # --- the exerciser itself, against plain files ------------------------------------
 
 
-
 def test_exerciser_agrees_with_plain_files(tmp_path: Path) -> None:
     seed = choose_seed()
     target = LocalFiles(tmp_path, enforces_rows=True)
