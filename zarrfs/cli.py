@@ -301,8 +301,11 @@ def _hide_secrets(store: str) -> str:
     process, or its fork."""
     handed = os.environ.pop(STORE_FD_VARIABLE, None)
     if handed is not None:
-        with os.fdopen(int(handed), "rb") as f:
-            location = f.read().decode("utf-8", "surrogateescape")
+        try:
+            with os.fdopen(int(handed), "rb") as f:
+                location = f.read().decode("utf-8", "surrogateescape")
+        except (ValueError, OSError) as e:
+            fail(f"cannot read the store handed over in {STORE_FD_VARIABLE}: {e}")
         if public_location(location) != store:
             fail(f"the store handed over in {STORE_FD_VARIABLE} is not {store!r}")
         return location

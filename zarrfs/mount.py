@@ -65,7 +65,7 @@ def _checked_store(location: str, options: MountOptions) -> Store:
         options.default_read_only = False  # no option makes it writable
     local = kind(location) == "directory"
     if not options.read_only and local and not os.access(location, os.W_OK):
-        raise StoreOpenError(f"store {location!r} is not writable (use --read-only)")
+        raise StoreOpenError(f"store {location!r} is not writable (mount it without --rw)")
     return store
 
 
