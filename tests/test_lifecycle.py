@@ -326,6 +326,31 @@ def test_a_running_record_that_outlives_its_daemon_means_it_died(tmp_path: Path)
         state.succeeded()
 
 
+def test_the_log_of_an_ended_daemon_is_swept_a_week_after_its_last_line(tmp_path: Path) -> None:
+    """A daemon without syslog logs to <pid>.log in the run directory; the next daemon
+    to start removes the logs of ended daemons not written for a week, no other."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    running = os.getpid()
+    week_ago = time.time() - runstate.LOG_KEPT - 60
+    files = {
+        "old-ended": tmp_path / f"{ended.pid}.log",
+        "old-running": tmp_path / f"{running}.log",
+        "new-ended": tmp_path / f"{ended.pid + 1}.log",
+        "not-a-log": tmp_path / "notes.log",
+    }
+    for name, path in files.items():
+        path.write_text(name)
+        if name != "new-ended":
+            os.utime(path, (week_ago, week_ago))
+    runstate._sweep(str(tmp_path))
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == [
+        "new-ended",
+        "not-a-log",
+        "old-running",
+    ]
+
+
 @pytest.mark.parametrize(
     ("unstored", "line"),
     [
