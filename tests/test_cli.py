@@ -407,11 +407,11 @@ FUSE_REFUSALS = {
 @pytest.mark.parametrize("mode", ["detached", "foreground"])
 @pytest.mark.parametrize(("options", "reason"), FUSE_REFUSALS.values(), ids=FUSE_REFUSALS.keys())
 def test_fuses_own_reason_reaches_the_user(
-    example_store: Path, mountpoint: Path, mode: str, options: str, reason: str
+    example_store: Path, mountpoint: Path, tmp_path: Path, mode: str, options: str, reason: str
 ) -> None:
-    foreground = ["-f"] if mode == "foreground" else []
+    args = ["-f"] if mode == "foreground" else ["--log-file", str(tmp_path / "log")]
     try:
-        result = run_cli("mount", *foreground, "-o", options, str(example_store), str(mountpoint))
+        result = run_cli("mount", *args, "-o", options, str(example_store), str(mountpoint))
         assert_one_error_line(result, f"cannot mount on {str(mountpoint)!r}: {reason}")
         assert not os.path.ismount(mountpoint)
     finally:

@@ -279,6 +279,8 @@ def mounted_with(command: list[str], mountpoint: Path) -> Iterator[Daemon]:
                     os.kill(daemon.pid, signal.SIGKILL)
                 daemon.wait()
             runstate.collect(daemon.pid, os.getuid())  # a killed daemon's file
+            # its log, where there is no syslog and the line named no log_file
+            (Path(runstate.run_dir()) / f"{daemon.pid}.log").unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -99,6 +99,7 @@ def end(pid: int | None, mountpoint: Path) -> None:
         os.kill(pid, signal.SIGKILL)  # the daemon this test started
     if pid is not None:
         runstate.collect(pid, os.getuid())
+        (Path(runstate.run_dir()) / f"{pid}.log").unlink(missing_ok=True)  # without syslog
 
 
 def test_a_detached_mount_shows_no_secret(
