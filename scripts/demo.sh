@@ -24,8 +24,8 @@ if is_mounted "$MNT"; then
 fi
 mkdir -p "$MNT"
 
-echo "demo: mounting $STORE at $MNT (read-only)"
-"$ZARRFS" mount --read-only "$STORE" "$MNT"
+echo "demo: mounting $STORE at $MNT (read-only, as without --rw)"
+"$ZARRFS" mount "$STORE" "$MNT"
 
 run() {
     printf '\n$ %s\n' "$*"

@@ -22,6 +22,14 @@ from pathlib import Path
 from zarrfs import runstate
 
 MOUNT_TIMEOUT = 30.0
+REPO = Path(__file__).resolve().parent.parent
+
+# Every zarrfs a test starts runs this checkout's code, not the installed one: also
+# ``python -m zarrfs`` from another directory, and mount(8)'s helper, which runs the
+# /usr/local/bin/zarrfs link (mount(8) passes PYTHONPATH on to its helpers).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+)
 
 
 @dataclass

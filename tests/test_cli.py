@@ -1,4 +1,6 @@
-"""The command line: one-line errors, detaching, ``zarrfs umount``, signals, read-only.
+"""The command line: one-line errors, detaching, ``zarrfs umount``, signals, read-only
+unless ``--rw``, and what a detached mount tells its user (warnings, FUSE's reasons,
+where its log is).
 
 Every error case runs the real ``zarrfs`` entry point in a subprocess (so a traceback
 or a stray line on stderr is seen exactly as a user would see it) and unmounts in a
@@ -8,21 +10,27 @@ or a stray line on stderr is seen exactly as a user would see it) and unmounts i
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
+from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import mounted, unmount, zarrfs_command
+from zarrfs import cli as zarrfs_cli
+from zarrfs import runstate
+from zarrfs.mount import READ_ONLY_HINT
 
 pytestmark = pytest.mark.mount
 
@@ -117,8 +125,8 @@ def _bad_log_level(tmp: Path, example: Path, mnt: Path) -> tuple[list[str], str]
 
 
 def _bad_fuse_option(tmp: Path, example: Path, mnt: Path) -> tuple[list[str], str]:
-    # Fails inside the detached daemon (libfuse rejects it): the parent relays one line.
-    return ["-o", "no_such_fuse_option", str(example), str(mnt)], str(mnt)
+    # No option libfuse knows: refused before mounting (tests/test_mount_options.py).
+    return ["-o", "no_such_fuse_option", str(example), str(mnt)], "no_such_fuse_option"
 
 
 BAD_MOUNTS = {
@@ -177,6 +185,7 @@ def test_help_lists_the_options() -> None:
     for option in (
         "--foreground",
         "--read-only",
+        "--rw",
         "--cache-size",
         "--write-cache-size",
         "--flush-interval",
@@ -296,6 +305,7 @@ def test_writes_are_refused_with_erofs(example_store: Path, tmp_path: Path) -> N
         assert sorted(os.listdir(m / "foo/bar")) == FOO_BAR_FILES
         assert m.process.poll() is None
     assert (example_store / "foo/bar/0.0").read_bytes() == before
+    assert READ_ONLY_HINT not in m.log(), "asked for read-only: no hint"
 
 
 def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_path: Path) -> None:
@@ -327,3 +337,196 @@ def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_pat
         os.chmod(raw, 0o600)
         assert os.stat(raw).st_size == size and os.stat(raw).st_mode & 0o444 == 0o444
         assert "Traceback" not in m.log()
+
+
+# -- read-only unless --rw ---------------------------------------------------------------
+
+
+def mount_options_of(path: Path) -> set[str]:
+    """The per-mount options (ro, nosuid, ...) of the newest mount on ``path``."""
+    found: set[str] = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == str(path):
+                found = set(fields[5].split(","))
+    return found
+
+
+def test_a_mount_without_rw_is_read_only_and_its_log_says_how_to_write(
+    example_store: Path, tmp_path: Path, mountpoint: Path
+) -> None:
+    store = tmp_path / "s.zarr"
+    shutil.copytree(example_store, store)
+    before = (store / "foo/bar/0.0").read_bytes()
+    log_file = tmp_path / "daemon.log"
+    pid = None
+    try:
+        result = run_cli("mount", "--log-file", str(log_file), str(store), str(mountpoint))
+        assert (result.returncode, result.stderr) == (0, "")
+        pid = int(os.getxattr(mountpoint, PID_XATTR))
+        assert "ro" in mount_options_of(mountpoint), "read-only for the kernel too"
+        raw = mountpoint / "foo/bar/array.raw"
+        for _ in range(3):
+            expect_erofs(lambda: open_and_close(raw, "r+b"), "open r+b")
+            expect_erofs(lambda: os.truncate(raw, 0), "truncate")
+        assert not os.stat(raw).st_mode & 0o222
+        text = log_file.read_text()
+        assert text.count(READ_ONLY_HINT) == 1, f"one line per mount, not per write:\n{text}"
+        assert "--rw" in READ_ONLY_HINT and "-o rw" in READ_ONLY_HINT
+        done = run_cli("umount", str(mountpoint))
+        assert done.returncode == 0, done.stderr
+    finally:
+        unmount(mountpoint)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)  # the daemon this test started
+    assert (store / "foo/bar/0.0").read_bytes() == before
+
+
+def test_rw_mounts_read_write(example_store: Path, tmp_path: Path) -> None:
+    store = tmp_path / "s.zarr"
+    shutil.copytree(example_store, store)
+    with mounted(store, "--rw", log_dir=tmp_path) as m:
+        assert "rw" in mount_options_of(m.path)
+        with open(m / "foo/bar/array.raw", "r+b") as f:
+            f.write(b"\0" * 4)
+    assert READ_ONLY_HINT not in m.log()
+    assert zarr.open_array(str(store / "foo/bar"))[0, 0] == 0
+
+
+# -- what a detached mount tells its user --------------------------------------------------
+
+FUSE_REFUSALS = {
+    # the kernel refuses blksize on a FUSE mount that is no fuseblk: libfuse says why
+    "libfuse": ("blksize=4096", "fuse: mount failed: Invalid argument"),
+    # auto_unmount makes libfuse mount through fusermount3, which says it itself
+    "fusermount3": ("auto_unmount,blksize=4096", "fusermount3: mount failed: Invalid argument"),
+}
+
+
+@pytest.mark.parametrize("mode", ["detached", "foreground"])
+@pytest.mark.parametrize(("options", "reason"), FUSE_REFUSALS.values(), ids=FUSE_REFUSALS.keys())
+def test_fuses_own_reason_reaches_the_user(
+    example_store: Path, mountpoint: Path, tmp_path: Path, mode: str, options: str, reason: str
+) -> None:
+    args = ["-f"] if mode == "foreground" else ["--log-file", str(tmp_path / "log")]
+    try:
+        result = run_cli("mount", *args, "-o", options, str(example_store), str(mountpoint))
+        assert_one_error_line(result, f"cannot mount on {str(mountpoint)!r}: {reason}")
+        assert not os.path.ismount(mountpoint)
+    finally:
+        unmount(mountpoint)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_warnings_of_mounting_are_printed_before_detaching(
+    http_server: HttpServer, tmp_path: Path, mountpoint: Path
+) -> None:
+    """An HTTP store is opened by the daemon itself (after the fork): what it warns
+    of while mounting reaches the user all the same, as a local store's does."""
+    group = zarr.open_group(str(http_server.root / "s.zarr"), mode="w")
+    group.create_array("a", shape=(4,), chunks=(2,), dtype="<i4")
+    pid = None
+    try:
+        result = run_cli(
+            "mount",
+            "--log-file",
+            str(tmp_path / "log"),
+            f"{http_server.url}s.zarr",
+            str(mountpoint),
+        )
+        assert result.returncode == 0, result.stderr
+        pid = int(os.getxattr(mountpoint, PID_XATTR))
+        [line] = result.stderr.splitlines()
+        assert "WARNING" in line and "only the node at its root is shown" in line, line
+        assert sorted(os.listdir(mountpoint)) == [".zarrfs", "zarr.json"]
+    finally:
+        unmount(mountpoint)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)  # the daemon this test started
+
+
+def test_a_detached_daemon_without_syslog_logs_to_its_run_directory(
+    example_store: Path, mountpoint: Path
+) -> None:
+    pid = None
+    log = None
+    try:
+        result = run_cli("mount", str(example_store), str(mountpoint))
+        assert result.returncode == 0, result.stderr
+        pid = int(os.getxattr(mountpoint, PID_XATTR))
+        log = Path(runstate.run_dir()) / f"{pid}.log"
+        no_syslog = zarrfs_cli._no_syslog(zarrfs_cli.SYSLOG_SOCKET)
+        if no_syslog is None:  # syslog here: the log is there, and nothing is said
+            assert (result.stderr, log.exists()) == ("", False)
+        else:
+            said = f"zarrfs: logging to {log} (no syslog at /dev/log: {no_syslog})"
+            assert result.stderr.splitlines() == [said]
+            assert "mounted" in log.read_text()
+            assert stat.S_IMODE(os.stat(log.parent).st_mode) == 0o700
+        done = run_cli("umount", str(mountpoint))
+        assert done.returncode == 0, done.stderr
+        if no_syslog is not None:
+            assert "unmounted" in log.read_text(), "the log outlives the daemon"
+    finally:
+        unmount(mountpoint)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)  # the daemon this test started
+        if log is not None:
+            log.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[logging.Logger]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield root
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _stale_socket(path: Path) -> Path:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))  # the file stays; nothing listens on it any more
+    return path
+
+
+@pytest.mark.parametrize(
+    "address",
+    [lambda tmp: tmp / "missing", lambda tmp: _stale_socket(tmp / "stale")],
+    ids=["missing", "stale-socket"],
+)
+def test_without_syslog_the_log_is_a_file_in_the_run_directory(
+    tmp_path: Path,
+    address: Callable[[Path], Path],
+    restored_logging: logging.Logger,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(zarrfs_cli, "SYSLOG_SOCKET", str(address(tmp_path)))
+    log = Path(runstate.run_dir()) / f"{os.getpid()}.log"
+    try:
+        said = zarrfs_cli.setup_logging("info", None, detached=True)
+        assert said is not None and said.startswith(f"zarrfs: logging to {log} (no syslog at")
+        logging.getLogger("zarrfs.test").warning("kept")
+        for handler in restored_logging.handlers:
+            handler.flush()
+        assert "WARNING zarrfs.test: kept" in log.read_text()
+    finally:
+        log.unlink(missing_ok=True)
+
+
+def test_a_listening_syslog_is_used(
+    tmp_path: Path, restored_logging: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as syslog:
+        syslog.bind(str(tmp_path / "log"))
+        monkeypatch.setattr(zarrfs_cli, "SYSLOG_SOCKET", str(tmp_path / "log"))
+        assert zarrfs_cli.setup_logging("info", None, detached=True) is None
+        logging.getLogger("zarrfs.test").warning("to syslog")
+        syslog.settimeout(5)
+        assert b"to syslog" in syslog.recv(4096)

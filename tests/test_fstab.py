@@ -4,7 +4,8 @@ a mount helper (mount(8) → mount.fuse3 → /bin/sh → ``zarrfs STORE MNT -o O
 The pure part (what an ``-o`` list means) is table-driven. The rest runs the real
 mount(8) as root on temporary fstab files (never /etc/fstab), with a PATH lacking
 /usr/local/bin: mount(8) removes PATH for its helpers anyway, and the shell's default
-one finds the link install.sh makes. The daemon mount(8) starts detaches; this test
+one finds the link install.sh makes (and runs this checkout's code: tests/mounting.py
+sets PYTHONPATH, which mount(8) passes on). The daemon mount(8) starts detaches; this test
 process makes itself a child subreaper (prctl) so that the orphaned daemon becomes
 its child and its exit status can be read. Every mount is unmounted in a ``finally``
 and a daemon that outlives it is killed by its PID, after checking its command line
@@ -47,8 +48,8 @@ OWN = mountopts.own_options(cli.commands["mount"])
 TRANSLATE = [
     # (-o list, command-line arguments, FUSE options, dropped)
     ("ro", ["--read-only"], [], []),
-    ("rw", [], [], []),
-    ("ro,rw", [], [], []),
+    ("rw", ["--rw"], [], []),
+    ("ro,rw", ["--rw"], [], []),
     ("rw,ro", ["--read-only"], [], []),
     ("read_only", ["--read-only"], [], []),
     ("cache_size=1G", ["--cache-size", "1G"], [], []),
@@ -75,7 +76,7 @@ TRANSLATE = [
     ("", [], [], []),
     (
         "rw,_netdev,cache_size=256M,allow_other,nosuid,x-gvfs-show",
-        ["--cache-size", "256M"],
+        ["--rw", "--cache-size", "256M"],
         ["allow_other", "nosuid"],
         ["_netdev", "x-gvfs-show"],
     ),
@@ -278,6 +279,8 @@ def mounted_with(command: list[str], mountpoint: Path) -> Iterator[Daemon]:
                     os.kill(daemon.pid, signal.SIGKILL)
                 daemon.wait()
             runstate.collect(daemon.pid, os.getuid())  # a killed daemon's file
+            # its log, where there is no syslog and the line named no log_file
+            (Path(runstate.run_dir()) / f"{daemon.pid}.log").unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -380,6 +383,25 @@ def test_read_write_line_umount_leaves_the_written_data_in_the_store(
     assert not list(store.rglob(".*.tmp*")), "no temporary file left"
 
 
+def test_a_line_with_neither_ro_nor_rw_is_read_write(
+    reaper: None, store: Path, mnt: Path, tmp_path: Path
+) -> None:
+    """mount(8) hands its helpers ``rw`` unless the line says ``ro``: zarrfs cannot
+    tell a line that asked for ``rw`` from one that said neither."""
+    log = tmp_path / "daemon.log"
+    fstab = write_fstab(tmp_path, f"{store} {mnt} fuse.zarrfs log_file={log} 0 0")
+    with mounted_with(["mount", "-a", "-T", str(fstab)], mnt) as daemon:
+        with open(f"/proc/{daemon.pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        assert argv[argv.index(b"-o") + 1].split(b",")[0] == b"rw", argv
+        assert "rw" in entries(mnt)[0].options
+        with open(mnt / "foo/bar/array.raw", "r+b") as f:
+            f.write(np.zeros(1, "<f4").tobytes())
+        assert run("umount", str(mnt)).returncode == 0
+        assert daemon.wait() == 0, log.read_text()
+    assert expected_bar(store)[0, 0] == 0
+
+
 @pytest.fixture
 def consolidated_store(tmp_path: Path) -> Path:
     """A consolidated v2 group listing "a", and an array "b" added after it."""
@@ -435,7 +457,8 @@ def test_own_fuse_and_generic_options_of_an_fstab_line(
         ("cache_size=lots", "lots"),  # parsed as zarrfs's size, not handed to FUSE
         ("cache_size", "needs a value"),
         ("foreground", "is not accepted"),
-        ("no_such_option", "cannot mount"),  # handed to FUSE, which refuses it
+        ("no_such_option", "unknown mount option 'no_such_option'"),  # libfuse knows none
+        ("blksize=4096", "fuse: mount failed: Invalid argument"),  # FUSE's own reason
     ],
 )
 def test_a_bad_option_fails_the_mount_in_one_line(

@@ -97,9 +97,12 @@ def wait_for_mount(path: Path, process: subprocess.Popen | None = None) -> None:
 def daemon(
     store: Path, mountpoint: Path, *options: str, log: Path, mode: str = "detached"
 ) -> Iterator[Daemon]:
-    """A read-write or read-only mount; always unmounted, and the daemon (started by
-    this test) killed by its PID if it outlives the unmount."""
+    """A read-write mount, or a read-only one if ``options`` ask for it; always
+    unmounted, and the daemon (started by this test) killed by its PID if it outlives
+    the unmount."""
     process = None
+    if "--read-only" not in options:
+        options = ("--rw", *options)
     if mode == "detached":
         result = run_cli("mount", "--log-file", str(log), *options, str(store), str(mountpoint))
         assert result.returncode == 0, result.stderr
@@ -164,7 +167,7 @@ def test_second_read_write_mount_is_refused(store: Path, tmp_path: Path) -> None
             for named in (str(store), str(tmp_path / "link.zarr"), "s.zarr", "./s.zarr/"):
                 for foreground in ((), ("-f",)):
                     result = subprocess.run(
-                        zarrfs_command("mount", *foreground, named, str(m2)),
+                        zarrfs_command("mount", *foreground, "--rw", named, str(m2)),
                         cwd=tmp_path,
                         stdin=subprocess.DEVNULL,
                         capture_output=True,
@@ -180,6 +183,11 @@ def test_second_read_write_mount_is_refused(store: Path, tmp_path: Path) -> None
                 assert sorted(os.listdir(m2)) == STORE_FILES
             with daemon(store, m3, "--read-only", log=tmp_path / "m3.log", mode="foreground"):
                 assert sorted(os.listdir(m3)) == STORE_FILES
+            # without --rw a mount is read-only, and takes no lock either
+            plain = run_cli("mount", "--log-file", str(tmp_path / "m3.log"), str(store), str(m3))
+            assert plain.returncode == 0, plain.stderr
+            assert sorted(os.listdir(m3)) == STORE_FILES
+            assert run_cli("umount", str(m3)).returncode == 0
             assert sorted(os.listdir(m1)) == STORE_FILES, "the first mount is untouched"
 
             done = run_cli("umount", str(m1))
@@ -197,7 +205,7 @@ def test_foreground_mount_holds_the_lock(store: Path, tmp_path: Path) -> None:
     m1, m2 = mountpoints(tmp_path, "m1", "m2")
     try:
         with daemon(store, m1, log=tmp_path / "m1.log", mode="foreground") as first:
-            result = run_cli("mount", str(store), str(m2))
+            result = run_cli("mount", "--rw", str(store), str(m2))
             line = assert_one_error_line(result, repr(str(store)), "already mounted read-write")
             assert f"process {first.pid}" in line, line
             assert mount_entry(m2) is None
@@ -210,7 +218,7 @@ def test_lock_is_released_when_the_daemon_is_killed(store: Path, tmp_path: Path,
     m1, m2 = mountpoints(tmp_path, "m1", "m2")
     try:
         with daemon(store, m1, log=tmp_path / "m1.log", mode=mode) as first:
-            assert_one_error_line(run_cli("mount", str(store), str(m2)), "already mounted")
+            assert_one_error_line(run_cli("mount", "--rw", str(store), str(m2)), "already mounted")
             os.kill(first.pid, signal.SIGKILL)  # the daemon this test started
             if first.process is not None:
                 first.process.wait(timeout=30)
@@ -316,6 +324,31 @@ def test_a_running_record_that_outlives_its_daemon_means_it_died(tmp_path: Path)
         assert runstate.explain(runstate.collect(pid, os.geteuid()), pid) is None
     finally:
         state.succeeded()
+
+
+def test_the_log_of_an_ended_daemon_is_swept_a_week_after_its_last_line(tmp_path: Path) -> None:
+    """A daemon without syslog logs to <pid>.log in the run directory; the next daemon
+    to start removes the logs of ended daemons not written for a week, no other."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    running = os.getpid()
+    week_ago = time.time() - runstate.LOG_KEPT - 60
+    files = {
+        "old-ended": tmp_path / f"{ended.pid}.log",
+        "old-running": tmp_path / f"{running}.log",
+        "new-ended": tmp_path / f"{ended.pid + 1}.log",
+        "not-a-log": tmp_path / "notes.log",
+    }
+    for name, path in files.items():
+        path.write_text(name)
+        if name != "new-ended":
+            os.utime(path, (week_ago, week_ago))
+    runstate._sweep(str(tmp_path))
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == [
+        "new-ended",
+        "not-a-log",
+        "old-running",
+    ]
 
 
 @pytest.mark.parametrize(

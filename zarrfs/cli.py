@@ -1,20 +1,26 @@
 """Command line: ``zarrfs mount`` and ``zarrfs umount`` (``check`` and ``tree`` live in
 their own modules).
 
-Bad input ends with one line on stderr and a non-zero exit, never a traceback.
-Without ``-f`` the mount detaches: the parent exits 0 only once the daemon says the
-mount is ready, and otherwise relays the daemon's one-line error.
+Bad input ends with one line on stderr and a non-zero exit, never a traceback; a bad
+option value or an unknown ``-o`` entry is a usage error (exit 2) naming the option.
+Without ``-f`` the mount detaches: the parent prints the warnings the daemon logs
+while mounting, exits 0 only once the daemon says the mount is ready, and otherwise
+relays the daemon's one-line error (libfuse's and fusermount3's reasons included).
+A store URL with secrets is never left in a command line (see ``_hide_secrets``).
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import json
 import logging
 import logging.handlers
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
@@ -23,10 +29,15 @@ import click
 
 from zarrfs import runstate
 from zarrfs.check import check_command
-from zarrfs.core.sizes import parse_size
 from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import PID_XATTR
-from zarrfs.mountopts import command_line
+from zarrfs.mountopts import (
+    check_cache_size,
+    check_flush_interval,
+    check_readahead,
+    command_line,
+    public_location,
+)
 from zarrfs.treeprint import tree_command
 
 if TYPE_CHECKING:
@@ -36,6 +47,10 @@ log = logging.getLogger("zarrfs")
 
 ZARRFS_FSTYPE = "fuse.zarrfs"  # the mount's subtype, as /proc/self/mountinfo shows it
 LOG_FORMAT = "%(asctime)s zarrfs[%(process)d] %(levelname)s %(name)s: %(message)s"
+SYSLOG_SOCKET = "/dev/log"
+# A mount re-run without its store URL's secrets in its command line reads the URL
+# from the descriptor this variable names.
+STORE_FD_VARIABLE = "ZARRFS_STORE_FD"
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -43,7 +58,10 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-def setup_logging(level: str, log_file: str | None, detached: bool) -> None:
+def setup_logging(level: str, log_file: str | None, detached: bool) -> str | None:
+    """Log to ``log_file``, else to stderr, else (a detached daemon) to syslog, else to
+    a file in the run directory. Returns a line saying where a detached daemon's log
+    went when it is not where the user would look (syslog is missing), else None."""
     root = logging.getLogger()
     root.handlers.clear()
     root.setLevel(level.upper())
@@ -52,15 +70,44 @@ def setup_logging(level: str, log_file: str | None, detached: bool) -> None:
         handler = logging.FileHandler(log_file)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
     elif detached:
-        if not os.path.exists("/dev/log"):
-            root.addHandler(logging.NullHandler())
-            return
-        handler = logging.handlers.SysLogHandler(address="/dev/log")
+        missing = _no_syslog(SYSLOG_SOCKET)
+        if missing is not None:
+            return _log_to_run_dir(root, f"no syslog at {SYSLOG_SOCKET}: {missing}")
+        handler = logging.handlers.SysLogHandler(address=SYSLOG_SOCKET)
         handler.setFormatter(logging.Formatter("zarrfs[%(process)d]: %(levelname)s %(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(handler)
+    return None
+
+
+def _no_syslog(address: str) -> str | None:
+    """Why nothing listens at ``address`` (None if something does). SysLogHandler
+    ignores a failed connection and drops every record after it."""
+    reason = ""
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(socket.AF_UNIX, kind) as sock:
+            try:
+                sock.connect(address)
+            except OSError as e:
+                reason = e.strerror or str(e)
+            else:
+                return None
+    return reason
+
+
+def _log_to_run_dir(root: logging.Logger, why: str) -> str:
+    """Containers and WSL have no syslog: a daemon's log is a file of its own."""
+    try:
+        path = runstate.log_path()
+        handler: logging.Handler = logging.FileHandler(path)
+    except (OSError, ZarrfsError) as e:
+        root.addHandler(logging.NullHandler())
+        return f"zarrfs: warning: {why}, and {e}: the daemon does not log (use --log-file)"
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    return f"zarrfs: logging to {path} ({why})"
 
 
 def check_mountpoint(mountpoint: str) -> None:
@@ -123,8 +170,10 @@ def main() -> None:
 @click.argument("store")
 @click.argument("mountpoint")
 @click.option("-f", "--foreground", is_flag=True, help="Stay in the foreground, log to stderr.")
-@click.option("--read-only", is_flag=True, help="Refuse every write (EROFS).")
-@click.option("--rw", is_flag=True, help="Mount read-write.")
+@click.option(
+    "--read-only", is_flag=True, help="Refuse every write (EROFS): the default without --rw."
+)
+@click.option("--rw", is_flag=True, help="Mount read-write (directories and S3).")
 @click.option(
     "-o",
     "fuse_opts",
@@ -132,25 +181,35 @@ def main() -> None:
     help="Mount options, comma-separated: ro, rw, this command's options by name "
     "(cache_size=1G), FUSE's (allow_other); mount(8)'s generic ones are ignored.",
 )
-@click.option("--cache-size", default="512M", show_default=True, help="Decoded-chunk cache.")
+@click.option(
+    "--cache-size",
+    default="512M",
+    show_default=True,
+    callback=check_cache_size,
+    help="Decoded-chunk cache (4K up to the machine's memory).",
+)
 @click.option(
     "--write-cache-size",
     default="256M",
     show_default=True,
-    help="Dirty (written, not yet stored) chunks kept before the oldest are flushed.",
+    callback=check_cache_size,
+    help="Dirty (written, not yet stored) chunks kept before the oldest are flushed "
+    "(4K up to the machine's memory).",
 )
 @click.option(
     "--flush-interval",
     default=5.0,
     show_default=True,
     type=float,
-    help="Seconds a chunk may stay dirty before it is stored.",
+    callback=check_flush_interval,
+    help="Seconds a chunk may stay dirty before it is stored (0.01 to 86400).",
 )
 @click.option(
     "--readahead",
     default="1M",
     show_default=True,
-    help="Kernel read-ahead of the mount (needs root; 0 keeps the kernel's).",
+    callback=check_readahead,
+    help="Kernel read-ahead of the mount (needs root; 0 keeps the kernel's; 4K to 1G).",
 )
 @click.option(
     "--no-consolidated",
@@ -174,16 +233,16 @@ def mount(
     read_only: bool,
     rw: bool,
     fuse_opts: tuple[str, ...],
-    cache_size: str,
-    write_cache_size: str,
+    cache_size: int,
+    write_cache_size: int,
     flush_interval: float,
-    readahead: str,
+    readahead: int,
     no_consolidated: bool,
     anonymous: bool,
     log_level: str,
     log_file: str | None,
 ) -> None:
-    """Mount the Zarr STORE on MOUNTPOINT.
+    """Mount the Zarr STORE on MOUNTPOINT, read-only unless --rw is given.
 
     STORE is a directory, a .zip archive (read-only), an http:// or https:// URL
     (read-only) or s3://bucket/prefix (configured as AWS tools are: AWS_* variables,
@@ -192,21 +251,20 @@ def mount(
     from zarrfs.mount import MountOptions, prepare_mount
     from zarrfs.stores.location import is_remote
 
-    try:
-        cache_bytes = parse_size(cache_size)
-        write_cache_bytes = parse_size(write_cache_size)
-        readahead_bytes = parse_size(readahead)
-    except ValueError as e:
-        fail(str(e))
-    if not flush_interval > 0:
-        fail(f"--flush-interval must be positive, got {flush_interval:g}")
+    if rw and read_only:
+        raise click.UsageError(
+            "--rw and --read-only (-o rw and -o ro) cannot both be given",
+            click.get_current_context(),
+        )
+    store = _hide_secrets(store)
     options = MountOptions(
-        read_only=read_only,
-        cache_size=cache_bytes,
-        write_cache_size=write_cache_bytes,
+        read_only=not rw,
+        default_read_only=not (rw or read_only),
+        cache_size=cache_size,
+        write_cache_size=write_cache_size,
         flush_interval=flush_interval,
         consolidated=not no_consolidated,
-        readahead=readahead_bytes,
+        readahead=readahead,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
         anonymous=anonymous,
     )
@@ -234,6 +292,37 @@ def mount(
         _serve_detached(prepared, mountpoint, options, log_level, log_file)
 
 
+def _hide_secrets(store: str) -> str:
+    """The store location, kept out of this process's command line (``ps`` and
+    /proc/PID/cmdline show it to every user) when it carries secrets: a URL with user
+    info or a query string (?X-Amz-Signature=..., ?token=...). Such a mount runs
+    itself again at once with the URL shown without them, handing the whole URL over
+    in a memory file only this user (and root) can read; the daemon is then that
+    process, or its fork."""
+    handed = os.environ.pop(STORE_FD_VARIABLE, None)
+    if handed is not None:
+        try:
+            with os.fdopen(int(handed), "rb") as f:
+                location = f.read().decode("utf-8", "surrogateescape")
+        except (ValueError, OSError) as e:
+            fail(f"cannot read the store handed over in {STORE_FD_VARIABLE}: {e}")
+        if public_location(location) != store:
+            fail(f"the store handed over in {STORE_FD_VARIABLE} is not {store!r}")
+        return location
+    shown = public_location(store)
+    argv = sys.orig_argv
+    if shown == store or store not in argv[1:]:
+        return store  # nothing to hide, or not run from a command line (in-process)
+    fd = os.memfd_create("zarrfs-store", 0)
+    os.write(fd, store.encode("utf-8", "surrogateescape"))
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    again = [sys.executable, *(shown if arg == store else arg for arg in argv[1:])]
+    os.execve(sys.executable, again, {**os.environ, STORE_FD_VARIABLE: str(fd)})
+
+
 def _serve_foreground(prepared: PreparedMount, mountpoint: str, options: MountOptions) -> None:
     from zarrfs.mount import UnstoredDataError, serve
 
@@ -247,6 +336,65 @@ def _serve_foreground(prepared: PreparedMount, mountpoint: str, options: MountOp
         fail(str(e))
 
 
+class _Report:
+    """The daemon's side of the pipe its parent waits on: one JSON object a line,
+    ``say`` (a line for the user's stderr), then ``ready`` or ``error``."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.lock = threading.Lock()  # store clients log from threads of their own
+
+    def send(self, kind: str, text: str = "") -> None:
+        with self.lock:
+            if self.fd is None:
+                return
+            try:
+                os.write(self.fd, (json.dumps({"kind": kind, "text": text}) + "\n").encode())
+            except OSError:  # the parent is gone: nobody to tell
+                self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class _SayWarnings(logging.Handler):
+    """Until the mount is ready, the warnings the daemon logs go to its parent too,
+    which prints them (``zarrfs mount`` of a local store logs them to stderr itself,
+    before detaching)."""
+
+    def __init__(self, report: _Report) -> None:
+        super().__init__(logging.WARNING)
+        self.report = report
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.report.send("say", self.format(record))
+
+
+def _wait_for_daemon(read_end: int) -> NoReturn:
+    """The parent: print what the daemon says until it is ready (exit 0) or fails."""
+    with os.fdopen(read_end, "rb") as pipe:
+        for line in pipe:
+            try:
+                message = json.loads(line)
+                kind, text = message["kind"], str(message["text"])
+            except (ValueError, TypeError, KeyError):
+                continue
+            if kind == "say":
+                click.echo(text, err=True)
+            elif kind == "ready":
+                # At once: tearing down the interpreter (a tree of 10 000 arrays built
+                # here before the fork) would keep the caller waiting another 0.1-0.2 s.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+            elif kind == "error":
+                fail(text)
+    fail("the mount daemon exited before the mount was ready")
+
+
 def _serve_detached(
     prepared: PreparedMount | Callable[[], PreparedMount],
     mountpoint: str,
@@ -254,7 +402,7 @@ def _serve_detached(
     log_level: str,
     log_file: str | None,
 ) -> None:
-    from zarrfs.mount import PreparedMount, UnstoredDataError, serve
+    from zarrfs.mount import FuseMountError, PreparedMount, UnstoredDataError, serve
 
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -263,15 +411,7 @@ def _serve_detached(
         # The daemon holds the store lock now; a copy here must not outlive it.
         if isinstance(prepared, PreparedMount) and prepared.lock is not None:
             prepared.lock.close()
-        with os.fdopen(read_end, "rb") as pipe:
-            message = pipe.read().decode(errors="replace").strip()
-        if message == "ready":
-            # At once: tearing down the interpreter (a tree of 10 000 arrays built
-            # here before the fork) would keep the caller waiting another 0.1-0.2 s.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-        fail(message or "the mount daemon exited before the mount was ready")
+        _wait_for_daemon(read_end)
 
     # The daemon: its own session, no terminal, stdio closed so callers are not held.
     os.close(read_end)
@@ -280,36 +420,43 @@ def _serve_detached(
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    setup_logging(log_level, log_file, detached=True)
-    reported = False
+    report = _Report(write_end)
+    where = setup_logging(log_level, log_file, detached=True)
+    say_warnings = _SayWarnings(report)
+    root = logging.getLogger()
+    root.addHandler(say_warnings)
 
     def ready() -> None:
-        nonlocal reported
-        os.write(write_end, b"ready")
-        os.close(write_end)
-        reported = True
+        root.removeHandler(say_warnings)
+        if where is not None:
+            report.send("say", where)
+        report.send("ready")
+        report.close()
 
     code = 0
-    if not isinstance(prepared, PreparedMount):
-        try:
-            prepared = prepared()
-        except ZarrfsError as e:
-            log.error("%s", e)
-            os.write(write_end, str(e).encode())
-            os.close(write_end)
-            os._exit(1)
     try:
+        if not isinstance(prepared, PreparedMount):
+            prepared = prepared()
         serve(prepared.ops, mountpoint, options, on_ready=ready, lock=prepared.lock)
     except UnstoredDataError:  # logged, and left in the run-state file for zarrfs umount
         code = 1
+    except ZarrfsError as e:  # the store could not be opened, or the run-state file
+        code = 1
+        root.removeHandler(say_warnings)  # the error is said once, as the error
+        log.error("%s", e)
+        report.send("error", str(e))
+    except FuseMountError as e:  # what libfuse said: no traceback of ours adds to it
+        code = 1
+        root.removeHandler(say_warnings)
+        log.error("cannot mount on %s: %s", mountpoint, e)
+        report.send("error", f"cannot mount on {mountpoint!r}: {e}")
     except BaseException as e:
         code = 1
+        root.removeHandler(say_warnings)
         log.exception("mount failed")
-        if not reported:
-            os.write(write_end, f"cannot mount on {mountpoint!r}: {e}".encode())
+        report.send("error", f"cannot mount on {mountpoint!r}: {e}")
     finally:
-        if not reported:
-            os.close(write_end)
+        report.close()
     os._exit(code)
 
 

@@ -16,6 +16,8 @@ import os
 import re
 import signal
 import socket
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class MountOptions:
     read_only: bool = False
+    # Read-only because read-write was not asked for (zarrfs mount without --rw): the
+    # log then says how to get a read-write mount.
+    default_read_only: bool = False
     cache_size: int = 512 * 2**20
     write_cache_size: int = 256 * 2**20
     flush_interval: float = 5.0
@@ -56,9 +61,11 @@ def _checked_store(location: str, options: MountOptions) -> Store:
     if store.read_only and not options.read_only:
         log.warning("%s is read-only: mounting it read-only", store.describe())
         options.read_only = True
+    if store.read_only:
+        options.default_read_only = False  # no option makes it writable
     local = kind(location) == "directory"
     if not options.read_only and local and not os.access(location, os.W_OK):
-        raise StoreOpenError(f"store {location!r} is not writable (use --read-only)")
+        raise StoreOpenError(f"store {location!r} is not writable (mount it without --rw)")
     return store
 
 
@@ -115,6 +122,48 @@ def fuse_options(options: MountOptions) -> set[str]:
         opts.add("debug")
     opts.update(options.fuse_options)
     return opts
+
+
+# The hint a mount read-only by default logs once. The kernel refuses every write to a
+# read-only mount (EROFS) before it reaches the daemon, which so never sees one:
+# the line is logged when the mount comes up.
+READ_ONLY_HINT = (
+    "read-only mount (the default): writes fail with EROFS (Read-only file system); "
+    "mount with --rw (-o rw in fstab) for a read-write mount"
+)
+MAX_FUSE_MESSAGE = 16 << 10  # bytes of what libfuse and fusermount3 said that are kept
+
+
+class FuseMountError(RuntimeError):
+    """libfuse could not mount; the message is what it (or fusermount3) said why."""
+
+
+def _fuse_init(ops: Operations, mountpoint: str, options: MountOptions) -> None:
+    """pyfuse3.init with fd 2 caught. libfuse and fusermount3 (its child) say why a
+    mount failed only on stderr, which a detached daemon has closed, and pyfuse3's
+    exception says only "fuse_session_mount failed": their lines become the error,
+    or, when the mount succeeds, warnings in the log."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    failure: RuntimeError | None = None
+    try:
+        with tempfile.TemporaryFile() as capture:
+            os.dup2(capture.fileno(), 2)
+            try:
+                pyfuse3.init(ops, mountpoint, fuse_options(options))
+            except RuntimeError as e:
+                failure = e
+            finally:
+                os.dup2(saved, 2)
+            capture.seek(0)
+            text = capture.read(MAX_FUSE_MESSAGE).decode(errors="replace")
+    finally:
+        os.close(saved)
+    said = [line.strip() for line in text.splitlines() if line.strip()]
+    if failure is not None:
+        raise FuseMountError("; ".join(said) or str(failure)) from None
+    for line in said:
+        log.warning("FUSE: %s", line)
 
 
 def notify_systemd(message: str) -> None:
@@ -370,7 +419,7 @@ def serve(
         try:
             tune_malloc()
             tune_gc()
-            pyfuse3.init(ops, mountpoint, fuse_options(options))
+            _fuse_init(ops, mountpoint, options)
             mounted = True
             _serve_mounted(ops, mountpoint, target, options, on_ready)
         except UnstoredDataError as e:
@@ -397,6 +446,8 @@ def _serve_mounted(
 ) -> None:
     try:
         log.info("mounted %s on %s", ops.tree.store.describe(), mountpoint)
+        if options.default_read_only:
+            log.info("%s", READ_ONLY_HINT)
         if on_ready is not None:
             on_ready()
         ops.mounted = True

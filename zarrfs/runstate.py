@@ -12,6 +12,10 @@ file once the daemon is gone: absent means success, ``failed`` carries the repor
 a ``running`` left behind means the daemon was killed or crashed. The directory is
 /run/zarrfs for root, else $XDG_RUNTIME_DIR/zarrfs or <tmp>/zarrfs-<uid>. Files nobody
 collected (no ``zarrfs umount`` after a failure or crash) are swept an hour later.
+
+A detached daemon with no syslog to log to (containers, WSL) and no ``--log-file``
+logs to ``<pid>.log`` beside it; the log of a daemon that has ended is swept a week
+after its last line.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ log = logging.getLogger(__name__)
 ROOT_RUN_DIR = "/run/zarrfs"
 STATUS_SUFFIX = ".status"
 STALE_AFTER = 3600.0  # seconds after its last write that a dead daemon's file is swept
+LOG_SUFFIX = ".log"
+LOG_KEPT = 7 * 86400.0  # seconds after its last line that an ended daemon's log is swept
 
 
 class RunStateError(ZarrfsError):
@@ -72,6 +78,11 @@ def ensure_run_dir() -> str:
     if not _private_dir(path, os.geteuid()):
         raise RunStateError(f"run directory {path!r} is not a private directory of this user")
     return path
+
+
+def log_path() -> str:
+    """Where this daemon logs when there is no syslog (the run directory is made)."""
+    return os.path.join(ensure_run_dir(), f"{os.getpid()}{LOG_SUFFIX}")
 
 
 def status_dirs(uid: int) -> list[str]:
@@ -145,6 +156,24 @@ def _sweep(directory: str) -> None:
                 and not alive(pid)
             ):
                 os.unlink(path)
+    _sweep_logs(directory, now)
+
+
+def _sweep_logs(directory: str, now: float) -> None:
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            pid = name.removesuffix(LOG_SUFFIX)
+            if name == pid or not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if (
+                    stat.S_ISREG(st.st_mode)
+                    and now - st.st_mtime > LOG_KEPT
+                    and not alive(int(pid))
+                ):
+                    os.unlink(path)
 
 
 # -- the store lock --------------------------------------------------------------------
