@@ -375,11 +375,16 @@ class WriteBack:
         if state.tail:
             self.resized(state)  # keep it known, so unmount reports the dropped tail
 
-    async def flush_array(self, state: ArrayState) -> None:
-        """Everything of one array into the store (fsync, close). Errors propagate."""
+    async def store_array(self, state: ArrayState) -> None:
+        """Every chunk and the shape of one array into the store; a pending partial
+        row stays pending (it is no part of the shape). Errors propagate."""
         await self._gather(*self._unstored(state))
         await self.sync()
         await self.flush_metadata(state)
+
+    async def flush_array(self, state: ArrayState) -> None:
+        """Everything of one array into the store (fsync, close). Errors propagate."""
+        await self.store_array(state)
         if state.tail:
             raise InvalidArgumentError(
                 f"{state.meta.display_name}: {len(state.tail)} bytes of an incomplete row "
