@@ -10,6 +10,10 @@ reader sees what was written through ``array.raw``, stored first.
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
+import os
 import subprocess
 import textwrap
 import zipfile
@@ -26,8 +30,12 @@ import zarr.storage
 from numcodecs import Zlib
 
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import mounted
+from tests.mounting import mounted, peak_rss
 from tests.oracles import assert_same_bits
+from tests.test_control import close, open_file
+from tests.test_handlers import fuse_errno, lookup_path, run
+from zarrfs.errors import NotFoundError
+from zarrfs.mount import MountOptions, build_operations
 
 pytestmark = pytest.mark.mount
 
@@ -292,3 +300,199 @@ def test_an_http_mount_is_read_as_the_store(http_server: HttpServer) -> None:
     # a shard is never fetched whole: every GET of one carries a Range
     shard_gets = [r for r in http_server.settled() if "/sharded/c/" in r.path and r.method == "GET"]
     assert shard_gets and all(r.range for r in shard_gets), shard_gets
+
+
+# -- the names: found, never listed, exact, read-only ---------------------------------
+
+
+def stored_keys(root: Path) -> dict[str, bytes]:
+    """Every chunk (or shard) file of the store, by key."""
+    documents = {".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"}
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name not in documents
+    }
+
+
+def test_chunk_keys_are_found_exactly_as_stored_but_never_listed(tmp_path: Path) -> None:
+    v2, v3 = tmp_path / "v2.zarr", tmp_path / "v3.zarr"
+    v2_store(v2, consolidated=False)
+    v3_sharded_store(v3)
+    for root in (v2, v3):
+        keys = stored_keys(root)
+        assert any("/" in k.split("/", 1)[1] for k in keys)  # nested keys among them
+        with mounted(root, "--read-only") as m:
+            for key, value in keys.items():
+                assert (m.path / key).read_bytes() == value, key
+                assert os.stat(m.path / key).st_size == len(value)
+                assert os.listxattr(m.path / key) == []
+            # ls shows what it showed: documents and the flat views, no key
+            for directory in {k.split("/")[0] for k in keys}:
+                names = os.listdir(m.path / directory)
+                assert "array.raw" in names
+                assert not [n for n in names if n == "c" or n[0].isdigit()], names
+    with mounted(v2, "--read-only") as m:
+        nested = m.path / "nested"
+        assert (nested / "0").is_dir() and os.listdir(nested / "0") == []
+        # the last chunk row was never written: missing (fill), as in the store
+        missing = ["nested/2/0", "nested/2/2"]
+        # outside the 3 x 3 grid, not an index, wrong separator or rank, no such key
+        nothing = ["nested/3/0", "nested/0/3", "nested/00/0", "nested/+1/0", "nested/0.0"]
+        nothing += ["nested/c", "nested/-1", "tas/0.0", "tas/0/0/0", "lat/3"]
+        nothing += ["scalar/1", "scalar/0.0", "lat/0.5", "lat/ 0", "nested/0/0 "]
+        for name in missing + nothing:
+            with pytest.raises(FileNotFoundError):
+                os.stat(m.path / name)
+        with pytest.raises(NotADirectoryError):
+            os.stat(m.path / "nested" / "0" / "0" / "0")
+        assert (m.path / "scalar" / "0").read_bytes() == (v2 / "scalar" / "0").read_bytes()
+        with pytest.raises(OSError) as refused:
+            os.open(m.path / "tas" / "0.0.0", os.O_RDWR)
+        assert refused.value.errno == errno.EROFS
+    with mounted(v3, "--read-only") as m:
+        sharded = m.path / "sharded"
+        assert (sharded / "c").is_dir() and (sharded / "c" / "1").is_dir()
+        assert os.listdir(sharded / "c") == [] and os.listdir(sharded / "c" / "1") == []
+        # a 2 x 3 grid of shards; the last shard column was never written
+        with pytest.raises(FileNotFoundError):
+            os.stat(sharded / "c" / "1" / "2")
+        # the shard is the key: an inner chunk's position names nothing
+        for name in ["c/7/0", "c/2/0", "c/0", "0/0", "c.0.0", "c/0/0/0"]:
+            with pytest.raises((FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+                (sharded / name).read_bytes()
+        assert (m.path / "dotted" / "c.1.1").is_file()
+        with pytest.raises(FileNotFoundError):
+            os.stat(m.path / "dotted" / "c")
+    with mounted(v2) as m:  # read-write: the keys are still read-only
+        with pytest.raises(PermissionError):
+            os.open(m.path / "tas" / "0.0.0", os.O_RDWR)
+        with pytest.raises(OSError):
+            os.truncate(m.path / "tas" / "0.0.0", 0)
+        assert (m.path / "tas" / "0.0.0").read_bytes() == (v2 / "tas" / "0.0.0").read_bytes()
+
+
+def test_a_large_shard_is_read_by_ranges(tmp_path: Path) -> None:
+    root = tmp_path / "big.zarr"
+    shape = (3072, 4096)  # one 48 MiB shard of 24 inner chunks, stored uncompressed
+    array = zarr.create_array(
+        str(root), shape=shape, chunks=(512, 1024), shards=shape, dtype="<f4", compressors=None
+    )
+    array[...] = np.arange(np.prod(shape), dtype="<f4").reshape(shape)
+    shard = root / "c" / "0" / "0"
+    with mounted(root, "--read-only") as m:
+        os.stat(m.path / "c" / "0" / "0")
+        before = peak_rss(m.process)
+        digest_got = hashlib.sha256()
+        with open(m.path / "c" / "0" / "0", "rb") as f:
+            while piece := f.read(4 << 20):
+                digest_got.update(piece)
+        grown = peak_rss(m.process) - before
+    assert digest_got.hexdigest() == hashlib.sha256(shard.read_bytes()).hexdigest()
+    assert shard.stat().st_size > 48 << 20
+    assert grown < 16 << 20, f"the daemon grew by {grown} bytes reading a 48 MiB shard"
+
+
+# -- a write mount: the reader sees what array.raw holds ------------------------------
+
+
+def test_a_reader_of_a_write_mount_sees_what_array_raw_holds(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    v2_store(root, consolidated=True)
+    ds = climate()
+    warmer = (ds["tas"].values + 1.5).astype("<f4")
+    nested = np.arange(63, dtype="<i4").reshape(7, 9)
+    nested[6] = -1
+    with mounted(root) as m:
+        first = zarr3_arrays(m.path)  # its documents are read (and cached) once
+        assert first["nested"].shape == (7, 9)
+        with open(m.path / "tas" / "array.raw", "r+b") as raw:
+            raw.write(warmer.tobytes())
+            raw.flush()  # written, not closed: the chunks are dirty, not stored
+            assert not np.array_equal(zarr3_arrays(root)["tas"], warmer)
+            assert_same_bits(zarr3_arrays(m.path)["tas"], warmer, "dirty chunks")
+            assert_same_bits(xr.open_zarr(m.path)["tas"].values, warmer, "xarray")
+            got = tensorstore_array(m.path / "tas", "zarr")
+            assert_same_bits(got, warmer, "tensorstore")
+        # two rows more, through a handle still open: the shape is the reader's too
+        rows = np.arange(100, 118, dtype="<i4").reshape(2, 9)
+        with open(m.path / "nested" / "array.raw", "ab") as raw:
+            raw.write(rows.tobytes())
+            raw.flush()
+            grown = zarr3_arrays(m.path)["nested"]
+            assert_same_bits(grown, np.concatenate([nested, rows]), "grown")
+            assert json.loads((m.path / ".zmetadata").read_bytes())["metadata"]["nested/.zarray"][
+                "shape"
+            ] == [9, 9]
+            assert xr.open_zarr(m.path)["nested"].shape == (9, 9)
+        # shrunk to 4 rows: the chunks beyond are gone, and so are the rows
+        os.truncate(m.path / "nested" / "array.raw", 4 * 9 * 4)
+        assert_same_bits(zarr3_arrays(m.path)["nested"], nested[:4], "shrunk")
+        assert zarr2_arrays(m.path, tmp_path / "got.npz", "consolidated")["nested"].shape == (
+            4,
+            9,
+        )
+        with pytest.raises(FileNotFoundError):
+            os.stat(m.path / "nested" / "2" / "0")
+        after = zarr3_arrays(m.path)
+    assert_same_arrays(zarr3_arrays(root), after, "the store after unmount")
+
+
+# -- handlers, no mount: a value stored anew while read; nodes the kernel forgets -----
+
+
+def small_store(root: Path) -> Path:
+    zarr.open_group(str(root), mode="w", zarr_format=2)
+    array = zarr.create_array(
+        str(root / "a"), shape=(4, 4), chunks=(2, 4), dtype="<i4", compressors=None, zarr_format=2
+    )
+    array[...] = np.arange(16, dtype="<i4").reshape(4, 4)
+    return root
+
+
+def test_a_value_stored_anew_while_it_is_read_fails_the_read(tmp_path: Path) -> None:
+    root = small_store(tmp_path / "s.zarr")
+    ops = build_operations(str(root), MountOptions(flush_interval=3600))
+    key = lookup_path(ops, "a/0.0")
+    assert key.st_size == 32 and key.entry_timeout == key.attr_timeout == 0
+    fh = run(ops.open, key.st_ino, os.O_RDONLY, None).fh
+    assert bytes(run(ops.read, fh, 0, 16)) == np.arange(4, dtype="<i4").tobytes()
+    writer = open_file(ops, "a/array.raw")
+    run(ops.write, writer, 0, np.full(8, 9, dtype="<i4").tobytes())
+    assert bytes(run(ops.read, fh, 16, 16)) == np.arange(4, 8, dtype="<i4").tobytes()
+    close(ops, writer)  # the chunk is stored anew: the reader's value is gone
+    assert fuse_errno(ops.read, fh, 16, 16) == errno.EIO
+    run(ops.release, fh)
+    again = lookup_path(ops, "a/0.0")
+    fh = run(ops.open, again.st_ino, os.O_RDONLY, None).fh
+    assert bytes(run(ops.read, fh, 0, 64)) == np.full(8, 9, dtype="<i4").tobytes()
+    run(ops.release, fh)
+
+
+def test_a_lookup_stores_the_chunks_written_first(tmp_path: Path) -> None:
+    root = small_store(tmp_path / "s.zarr")
+    ops = build_operations(str(root), MountOptions(flush_interval=3600))
+    writer = open_file(ops, "a/array.raw")
+    run(ops.write, writer, 32, np.full(8, 5, dtype="<i4").tobytes())
+    assert (root / "a" / "1.0").read_bytes() == np.arange(8, 16, dtype="<i4").tobytes()
+    key = lookup_path(ops, "a/1.0")
+    assert (root / "a" / "1.0").read_bytes() == np.full(8, 5, dtype="<i4").tobytes()
+    fh = run(ops.open, key.st_ino, os.O_RDONLY, None).fh
+    assert bytes(run(ops.read, fh, 0, 64)) == np.full(8, 5, dtype="<i4").tobytes()
+    run(ops.release, fh)
+    close(ops, writer)
+
+
+def test_chunk_keys_the_kernel_forgets_are_dropped(tmp_path: Path) -> None:
+    root = small_store(tmp_path / "s.zarr")
+    ops = build_operations(str(root), MountOptions(read_only=True))
+    array = lookup_path(ops, "a")
+    first = lookup_path(ops, "a/1.0").st_ino
+    assert lookup_path(ops, "a/1.0").st_ino == first  # one node while the kernel holds it
+    run(ops.forget, [(first, 2)])
+    with pytest.raises(NotFoundError):
+        ops.inodes.node(first)
+    assert first not in ops._attrs
+    assert lookup_path(ops, "a/1.0").st_ino != first
+    run(ops.forget, [(array.st_ino, 1)])
+    assert ops.inodes.node(array.st_ino) is not None  # listed nodes keep their number
