@@ -19,9 +19,11 @@ import textwrap
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyfuse3
 import pytest
 import tensorstore
 import xarray as xr
@@ -34,7 +36,8 @@ from tests.mounting import mounted, peak_rss
 from tests.oracles import assert_same_bits
 from tests.test_control import close, open_file
 from tests.test_handlers import fuse_errno, lookup_path, run
-from zarrfs.errors import NotFoundError
+from zarrfs.errors import NotFoundError, StoreError
+from zarrfs.fuse.operations import Operations
 from zarrfs.mount import MountOptions, build_operations
 
 pytestmark = pytest.mark.mount
@@ -165,6 +168,12 @@ _ZARR2_SCRIPT = textwrap.dedent(
     np.savez(out, **arrays)
     """
 )
+
+
+def zarr3_arrays_of(path: Path) -> np.ndarray:
+    """The array at ``path`` (an array, not a group) as zarr-python 3 reads it."""
+    store = zarr.storage.LocalStore(str(path), read_only=True)
+    return np.asarray(zarr.open_array(store=store, mode="r")[...])
 
 
 def zarr2_arrays(path: Path, out: Path, how: str) -> Arrays:
@@ -325,7 +334,9 @@ def test_chunk_keys_are_found_exactly_as_stored_but_never_listed(tmp_path: Path)
         with mounted(root, "--read-only") as m:
             for key, value in keys.items():
                 assert (m.path / key).read_bytes() == value, key
-                assert os.stat(m.path / key).st_size == len(value)
+                shown, stored = os.stat(m.path / key), (root / key).stat()
+                assert shown.st_size == len(value)
+                assert shown.st_mtime == pytest.approx(stored.st_mtime, abs=1e-3)
                 assert os.listxattr(m.path / key) == []
             # ls shows what it showed: documents and the flat views, no key
             for directory in {k.split("/")[0] for k in keys}:
@@ -496,3 +507,80 @@ def test_chunk_keys_the_kernel_forgets_are_dropped(tmp_path: Path) -> None:
     assert lookup_path(ops, "a/1.0").st_ino != first
     run(ops.forget, [(array.st_ino, 1)])
     assert ops.inodes.node(array.st_ino) is not None  # listed nodes keep their number
+
+
+def read_key(ops: Operations, key: str) -> bytes:
+    attr = lookup_path(ops, key)
+    fh = run(ops.open, attr.st_ino, os.O_RDONLY, None).fh
+    try:
+        return bytes(run(ops.read, fh, 0, attr.st_size + 1))
+    finally:
+        run(ops.release, fh)
+
+
+def lookup_errno(ops: Operations, path: str) -> int:
+    with pytest.raises(pyfuse3.FUSEError) as info:
+        lookup_path(ops, path)
+    return info.value.errno
+
+
+LEGACY = ["v1-zarr-1.1.0/i4_2d_blosc_lz4", "v0-zarr-0.4.0/i4_2d_lz4_shuffle"]
+
+
+@pytest.mark.parametrize("name", LEGACY)
+def test_legacy_chunk_keys_are_found(corpus: Path, name: str) -> None:
+    root = corpus / "data" / "generated" / name
+    ops = build_operations(str(root), MountOptions(read_only=True))
+    documents = {"meta", "attrs", "__zmeta__", "__zattr__"}
+    keys = {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in documents
+    }
+    assert len(keys) > 1
+    for key, value in keys.items():
+        assert read_key(ops, key) == value, key
+    bad = ["..", ".", "0", "0.0.0", "00.0", "__zdata__/0.0", "0.0.blosc", "meta/0.0"]
+    for key in bad:
+        if name.startswith("v0"):
+            key = key.replace("0.0.blosc", "__zdata__/0.0.blosc.x")
+        assert lookup_errno(ops, key) in (errno.ENOENT, errno.ENOTDIR), key
+
+
+def test_a_v3_array_with_v2_key_encoding(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    array = zarr.create_array(
+        str(root),
+        shape=(5, 7),
+        chunks=(2, 3),
+        dtype="<i2",
+        chunk_key_encoding={"name": "v2", "separator": "/"},
+    )
+    array[...] = np.arange(35, dtype="<i2").reshape(5, 7)
+    ops = build_operations(str(root), MountOptions(read_only=True))
+    keys = stored_keys(root)
+    assert "2/2" in keys and not any(k.startswith("c") for k in keys)
+    for key, value in keys.items():
+        assert read_key(ops, key) == value, key
+    for key in ["c/0/0", "c", "3/0", "0.0", "0/3"]:
+        assert lookup_errno(ops, key) == errno.ENOENT, key
+    with mounted(root, "--read-only") as m:
+        assert_same_bits(zarr3_arrays_of(m.path), array[...], "zarr-python 3")
+
+
+def test_a_lookup_that_cannot_store_fails_with_the_stores_errno(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = small_store(tmp_path / "s.zarr")
+    ops = build_operations(str(root), MountOptions(flush_interval=3600))
+    writer = open_file(ops, "a/array.raw")
+    run(ops.write, writer, 0, np.full(8, 3, dtype="<i4").tobytes())
+
+    def full(staged: list[Any]) -> None:
+        raise StoreError("storing: No space left on device", errno.ENOSPC)
+
+    monkeypatch.setattr(ops.tree.store, "commit", full)
+    assert lookup_errno(ops, "a/0.0") == errno.ENOSPC  # never the old bytes
+    monkeypatch.undo()
+    assert read_key(ops, "a/0.0") == np.full(8, 3, dtype="<i4").tobytes()
+    close(ops, writer)

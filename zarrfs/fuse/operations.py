@@ -164,7 +164,7 @@ class Operations(pyfuse3.Operations):
         return (
             not self.read_only
             and isinstance(node, FileNode)
-            and (isinstance(node.view, DocumentView))
+            and isinstance(node.view, DocumentView)
         )
 
     def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
