@@ -468,13 +468,18 @@ def test_a_value_stored_anew_while_it_is_read_fails_the_read(tmp_path: Path) -> 
     assert key.st_size == 32 and key.entry_timeout == key.attr_timeout == 0
     fh = run(ops.open, key.st_ino, os.O_RDONLY, None).fh
     assert bytes(run(ops.read, fh, 0, 16)) == np.arange(4, dtype="<i4").tobytes()
+    assert lookup_path(ops, "a/0.0").st_ino == key.st_ino  # the same version: one inode
     writer = open_file(ops, "a/array.raw")
     run(ops.write, writer, 0, np.full(8, 9, dtype="<i4").tobytes())
-    assert bytes(run(ops.read, fh, 16, 16)) == np.arange(4, 8, dtype="<i4").tobytes()
-    close(ops, writer)  # the chunk is stored anew: the reader's value is gone
-    assert fuse_errno(ops.read, fh, 16, 16) == errno.EIO
-    run(ops.release, fh)
+    # written, not stored: the value the reader reads is still the one it opened
+    assert bytes(run(ops.read, fh, 16, 8)) == np.arange(4, 6, dtype="<i4").tobytes()
+    # another opener's lookup stores the chunk: a new version, another inode; the
+    # first reader's next read fails rather than mixing the two
     again = lookup_path(ops, "a/0.0")
+    assert again.st_ino != key.st_ino
+    assert fuse_errno(ops.read, fh, 24, 8) == errno.EIO
+    close(ops, writer)
+    run(ops.release, fh)
     fh = run(ops.open, again.st_ino, os.O_RDONLY, None).fh
     assert bytes(run(ops.read, fh, 0, 64)) == np.full(8, 9, dtype="<i4").tobytes()
     run(ops.release, fh)

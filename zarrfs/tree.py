@@ -355,14 +355,13 @@ class Tree:
         known = self._unlisted.get((array.path, relative))
         unit = chunkkeys.unit_named(meta, relative)
         if unit is not None:
+            view = ChunkKeyView(self.store, meta, unit, array.state, self.writeback)
+            await view.find()
             if isinstance(known, KeyFileNode):
-                node = known
-            else:
-                view = ChunkKeyView(self.store, meta, unit, array.state, self.writeback)
-                node = KeyFileNode(name, view, array.mtime)
-            assert isinstance(node.view, ChunkKeyView)
-            await node.view.refresh()
-            node.mtime = node.view.mtime or array.mtime
+                assert isinstance(known.view, ChunkKeyView)
+                if known.view.same_value(view):
+                    return known  # same version: same inode, the kernel keeps its dentry
+            node = KeyFileNode(name, view, view.mtime or array.mtime)
         elif chunkkeys.is_key_directory(meta, relative):
             if isinstance(known, KeyDirNode):
                 return known

@@ -86,7 +86,11 @@ class ReplacedError(StoreError):
 
 
 class ChunkKeyView(View):
-    """A unit's stored value, as encoded in the store; read-only."""
+    """One version of a unit's stored value, as encoded in the store; read-only.
+
+    Found once (``find``), at a lookup; a later lookup that finds another version
+    makes another view (another inode), so the handles of this one keep checking
+    against the version they were opened on."""
 
     volatile = True  # direct I/O: every read comes from the store as it is then
 
@@ -112,9 +116,9 @@ class ChunkKeyView(View):
     def size(self) -> int:
         return self._size
 
-    async def refresh(self) -> None:
-        """At each lookup: store what the mount holds of the array unstored, then
-        find the value (NotFoundError when the unit is not stored: fill value)."""
+    async def find(self) -> None:
+        """At a lookup: store what the mount holds of the array unstored, then find
+        the value (NotFoundError when the unit is not stored: fill value)."""
         state = self.state
         if state is not None and self.writeback is not None and unstored(state):
             await self.writeback.store_array(state)
@@ -135,6 +139,12 @@ class ChunkKeyView(View):
                 mtime = None if self.store.remote else self.store.mtime(key)
                 return key, size, mtime
         return None
+
+    def same_value(self, other: ChunkKeyView) -> bool:
+        """Whether ``other`` found the version this view did (as far as can be told:
+        a shared release counter may tell apart two that are the same)."""
+        mine = (self.key, self._size, self.mtime, self._releases)
+        return mine == (other.key, other._size, other.mtime, other._releases)
 
     def _check(self) -> None:
         state = self.state
