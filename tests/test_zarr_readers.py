@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import textwrap
@@ -34,6 +35,7 @@ from numcodecs import Zlib
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import mounted, peak_rss
 from tests.oracles import assert_same_bits
+from tests.stores import run_promptly
 from tests.test_control import close, open_file
 from tests.test_handlers import fuse_errno, lookup_path, run
 from zarrfs.errors import NotFoundError, StoreError
@@ -589,3 +591,20 @@ def test_a_lookup_that_cannot_store_fails_with_the_stores_errno(
     monkeypatch.undo()
     assert read_key(ops, "a/0.0") == np.full(8, 3, dtype="<i4").tobytes()
     close(ops, writer)
+
+
+def test_a_key_that_is_no_plain_value_fails_with_eio(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = small_store(tmp_path / "s.zarr")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"outside the store")
+    (root / "a" / "0.0").unlink()
+    (root / "a" / "0.0").symlink_to(secret)
+    (root / "a" / "1.0").unlink()
+    os.mkfifo(root / "a" / "1.0")
+    ops = build_operations(str(root), MountOptions(read_only=True))
+    with caplog.at_level(logging.ERROR):
+        for key in ("a/0.0", "a/1.0"):
+            assert run_promptly(lambda key=key: lookup_errno(ops, key)) == errno.EIO
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 2
