@@ -352,21 +352,28 @@ class Tree:
         if array is None or not isinstance(array.meta, ArrayMeta):
             return None
         meta = array.state.meta if array.state is not None else array.meta
-        known = self._unlisted.get((array.path, relative))
         unit = chunkkeys.unit_named(meta, relative)
         if unit is not None:
             view = ChunkKeyView(self.store, meta, unit, array.state, self.writeback)
             await view.find()
+            known = self._unlisted.get((array.path, relative))
             if isinstance(known, KeyFileNode):
                 assert isinstance(known.view, ChunkKeyView)
                 if known.view.same_value(view):
                     return known  # same version: same inode, the kernel keeps its dentry
             node = KeyFileNode(name, view, view.mtime or array.mtime)
         elif chunkkeys.is_key_directory(meta, relative):
+            known = self._unlisted.get((array.path, relative))
             if isinstance(known, KeyDirNode):
                 return known
             node = KeyDirNode(
-                name, GroupMeta(meta.path, 0, ()), array.mtime, {}, None, {}, array, relative
+                name=name,
+                meta=GroupMeta(meta.path, 0, ()),
+                mtime=array.mtime,
+                documents={},
+                entries={},  # lists nothing
+                array=array,
+                prefix=relative,
             )
         else:
             return None

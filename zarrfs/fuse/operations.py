@@ -154,8 +154,6 @@ class Operations(pyfuse3.Operations):
         if isinstance(node, FileNode):
             attr.st_size = node.view.size
             attr.st_blocks = -(-attr.st_size // 512)
-            if unlisted(node):  # a chunk key: its value may have been stored anew
-                attr.st_mtime_ns = attr.st_ctime_ns = int(node.mtime * 1e9)
         return attr
 
     def _fresh_document(self, node: Node) -> bool:
