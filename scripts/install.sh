@@ -7,7 +7,9 @@
 #     (attr), mount/umount/findmnt (util-linux, mount), dd/cat/ls/truncate/mkfifo
 #     (coreutils), od (coreutils);
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
-#     test extra (pytest, hypothesis, zarr, tensorstore, ruff);
+#     test extra (pytest, hypothesis, zarr, tensorstore, xarray, ruff);
+#   - a virtualenv in <repo>/.venv-zarr2 holding zarr-python 2.18, which cannot
+#     share one with zarr-python 3 (tests/test_zarr_readers.py runs it);
 #   - /usr/local/bin/zarrfs, a link to the venv's zarrfs (mount(8) runs it for fstab).
 # Safe to run again: apt is skipped when nothing is missing, the venv is reused.
 # Run as root (or as a user with sudo) from any directory.
@@ -28,7 +30,7 @@ pkg_installed() {
 # The build of pyfuse3, and the programs the tests and scripts run (each test that
 # runs one fails loudly without it: never a skip). Keep this list in step with
 # tests/test_install.py, which checks every program named there is on PATH.
-PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils gdal-bin)
+PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils gdal-bin netcdf-bin)
 need=()
 for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")
@@ -90,6 +92,15 @@ say "installing zarrfs (editable) with the test extra; pyfuse3 is compiled on fi
 
 "$VENV/bin/python" -c 'import pyfuse3, numpy, numcodecs, trio, click' \
     || die "the virtualenv is missing a runtime dependency (see the pip output above)"
+
+ZARR2_VENV="$REPO_ROOT/.venv-zarr2"
+if ! "$ZARR2_VENV/bin/python" -c 'import zarr, sys; sys.exit(not zarr.__version__.startswith("2.18"))' \
+        >/dev/null 2>&1; then
+    say "creating $ZARR2_VENV with zarr-python 2.18 (a second Zarr reader for the tests)"
+    rm -rf "$ZARR2_VENV"
+    python3 -m venv "$ZARR2_VENV"
+    "$ZARR2_VENV/bin/python" -m pip install -q 'zarr>=2.18,<2.19'
+fi
 
 # ------------------------------------------------------------- the zarrfs command
 # /usr/local/bin/zarrfs -> the venv's script: for users, and for fstab lines of type

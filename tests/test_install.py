@@ -34,6 +34,7 @@ PROGRAMS = {
     "bash": "bash",
     "gdalinfo": "gdal-bin",  # the sidecar headers' tests read array.raw through GDAL
     "gdal_translate": "gdal-bin",
+    "ncdump": "netcdf-bin",  # netCDF-C reads the mount as a Zarr store: test_zarr_readers.py
 }
 _ESSENTIAL = {"bash"}  # Debian's essential set: always there
 _SUBPROCESS = {"run", "Popen", "check_output", "check_call", "call"}

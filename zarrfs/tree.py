@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,7 +26,9 @@ from zarrfs.formats import hierarchy
 from zarrfs.formats.hierarchy import Listing
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
+from zarrfs.views import chunkkeys
 from zarrfs.views.base import DocumentView, View
+from zarrfs.views.chunkkeys import ChunkKeyView
 from zarrfs.views.control import CONTROL_NAME, control_views
 from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.npy import NpyView
@@ -63,7 +66,26 @@ class DirNode:
         return isinstance(self.meta, ArrayMeta)
 
 
+@dataclass(eq=False)
+class KeyDirNode(DirNode):
+    """A directory component of an array's chunk keys ("c", "c/0"): found by
+    lookup, never listed (views/chunkkeys.py)."""
+
+    array: DirNode | None = field(default=None, repr=False)
+    prefix: str = ""  # its key below the array's
+
+
+@dataclass(eq=False)
+class KeyFileNode(FileNode):
+    """A chunk key of an array, its stored value: found by lookup, never listed."""
+
+
 Node = DirNode | FileNode
+
+
+def unlisted(node: Node) -> bool:
+    """Found by lookup alone: once the kernel forgets it, the mount may too."""
+    return isinstance(node, (KeyDirNode, KeyFileNode))
 
 
 def read_root_keys(
@@ -140,6 +162,11 @@ class Tree:
         self._root_reads: dict[str, bytes | None] = {}
         self._root_extra: dict[str, bytes] = {}
         self._loaded_at = time.time()
+        # Chunk-key nodes the kernel holds, by (array path, key below it): one node
+        # (one inode) per name while it is known, none once forgotten.
+        self._unlisted: weakref.WeakValueDictionary[tuple[str, str], Node] = (
+            weakref.WeakValueDictionary()
+        )
         source = self._read_root()
         if consolidated and source is not None:
             self._open_consolidated(*source)
@@ -313,6 +340,59 @@ class Tree:
             return self.entries(node)[name]
         except KeyError:
             raise NotFoundError(name) from None
+
+    async def find_unlisted(self, parent: DirNode, name: str) -> Node | None:
+        """A name ``parent`` does not list: a chunk key of its array (the node of
+        its stored value: NotFoundError when the unit is not stored) or a directory
+        component of one; None for anything else (views/chunkkeys.py)."""
+        if isinstance(parent, KeyDirNode):
+            array, relative = parent.array, f"{parent.prefix}/{name}"
+        else:
+            array, relative = parent, name
+        if array is None or not isinstance(array.meta, ArrayMeta):
+            return None
+        meta = array.state.meta if array.state is not None else array.meta
+        unit = chunkkeys.unit_named(meta, relative)
+        if unit is not None:
+            view = ChunkKeyView(self.store, meta, unit, array.state, self.writeback)
+            await view.find()
+            known = self._unlisted.get((array.path, relative))
+            if isinstance(known, KeyFileNode):
+                assert isinstance(known.view, ChunkKeyView)
+                if known.view.same_value(view):
+                    return known  # same version: same inode, the kernel keeps its dentry
+            node = KeyFileNode(name, view, view.mtime or array.mtime)
+        elif chunkkeys.is_key_directory(meta, relative):
+            known = self._unlisted.get((array.path, relative))
+            if isinstance(known, KeyDirNode):
+                return known
+            node = KeyDirNode(
+                name=name,
+                meta=GroupMeta(meta.path, 0, ()),
+                mtime=array.mtime,
+                documents={},
+                entries={},  # lists nothing
+                array=array,
+                prefix=relative,
+            )
+        else:
+            return None
+        self._unlisted[(array.path, relative)] = node
+        return node
+
+    async def store_shapes(self, node: DirNode | None) -> None:
+        """Before a metadata document of ``node`` is read on a write mount: the
+        shapes changed through the mount are stored (with the chunks they hold),
+        so the document is the array's as ``array.raw`` shows it; at the root,
+        where consolidated metadata holds them all, every array's."""
+        writeback = self.writeback
+        if writeback is None or node is None:
+            return
+        for state in writeback.states():
+            if node is not self.root and state is not node.state:
+                continue
+            if state.metadata_changed or state.stale_range() is not None:
+                await writeback.store_array(state)
 
     def resolve(self, path: str) -> Node:
         """A node by its virtual path ("a/b/array.raw"); for tests and tools."""

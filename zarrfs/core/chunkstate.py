@@ -30,6 +30,12 @@ import trio
 
 from zarrfs.formats.layout import Index
 
+# Units' releases are counted in this many counters, a unit's chosen by its hash:
+# a reader of a stored value (views/chunkkeys.py) compares the count before and
+# after to know the value was not replaced meanwhile, in constant memory (a unit
+# sharing a counter with one stored meanwhile costs that reader a needless error).
+RELEASE_COUNTERS = 64
+
 
 @dataclass
 class Dirty:
@@ -55,6 +61,7 @@ class ChunkStates:
         self._dirty: dict[Index, Dirty] = {}
         self._frozen: dict[Index, np.ndarray] = {}
         self._held: dict[Index, trio.Event] = {}  # units a flush holds
+        self._releases = [0] * RELEASE_COUNTERS
         self.dirty: Mapping[Index, Dirty] = MappingProxyType(self._dirty)
         self.frozen: Mapping[Index, np.ndarray] = MappingProxyType(self._frozen)
 
@@ -111,9 +118,15 @@ class ChunkStates:
 
     def release(self, unit: Index) -> None:
         """The flush is done with ``unit``: a later flush of it may go on."""
+        self._releases[hash(unit) % RELEASE_COUNTERS] += 1
         event = self._held.pop(unit, None)
         if event is not None:
             event.set()
+
+    def releases(self, unit: Index) -> int:
+        """Grows each time a flush is done with ``unit`` (or one sharing its counter):
+        while it stays put and the unit is not held, its stored value is unchanged."""
+        return self._releases[hash(unit) % RELEASE_COUNTERS]
 
     @property
     def busy(self) -> bool:

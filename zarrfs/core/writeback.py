@@ -418,11 +418,16 @@ class WriteBack:
             self.root_documents[consolidated[0]] = consolidated[1]
         state.mark_stored(rows, low, high)
 
-    async def flush_array(self, state: ArrayState) -> None:
-        """Everything of one array into the store (fsync, close). Errors propagate."""
+    async def store_array(self, state: ArrayState) -> None:
+        """Every chunk and the shape of one array into the store; a pending partial
+        row stays pending (it is no part of the shape). Errors propagate."""
         await self._gather(*self._unstored(state))
         await self.sync()
         await self.flush_metadata(state)
+
+    async def flush_array(self, state: ArrayState) -> None:
+        """Everything of one array into the store (fsync, close). Errors propagate."""
+        await self.store_array(state)
         if state.tail:
             raise InvalidArgumentError(
                 f"{state.meta.display_name}: {len(state.tail)} bytes of an incomplete row "

@@ -2,7 +2,9 @@
 
 Tree nodes live as long as the mount, so each keeps one inode number for the
 mount's lifetime (``ls -i`` is stable); the kernel's lookup counts are tracked
-so ``forget`` is answered, but a forgotten node keeps its number.
+so ``forget`` is answered, but a forgotten node keeps its number. Chunk keys
+(found by lookup, never listed) are the exception: there may be millions, so one
+the kernel has forgotten is dropped, and is numbered anew if looked up again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Generic, TypeVar
 import pyfuse3
 
 from zarrfs.errors import NotFoundError
-from zarrfs.tree import Node
+from zarrfs.tree import Node, unlisted
 
 T = TypeVar("T")
 
@@ -43,12 +45,20 @@ class InodeTable:
     def remember(self, inode: int) -> None:
         self._lookups[inode] = self._lookups.get(inode, 0) + 1
 
-    def forget(self, inode: int, count: int) -> None:
+    def forget(self, inode: int, count: int) -> bool:
+        """Count the kernel's forgets; True when a node found by lookup alone (a
+        chunk key) was dropped with its number: the kernel holds it no more."""
         left = self._lookups.get(inode, 0) - count
         if left > 0:
             self._lookups[inode] = left
-        else:
-            self._lookups.pop(inode, None)
+            return False
+        self._lookups.pop(inode, None)
+        node = self._nodes.get(inode)
+        if node is None or not unlisted(node):
+            return False
+        del self._nodes[inode]
+        del self._inodes[id(node)]
+        return True
 
     def lookup_count(self, inode: int) -> int:
         return self._lookups.get(inode, 0)

@@ -23,7 +23,8 @@ import trio
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse.inodes import HandleTable, InodeTable
-from zarrfs.tree import DirNode, FileNode, Node, Tree
+from zarrfs.tree import DirNode, FileNode, Node, Tree, unlisted
+from zarrfs.views.base import DocumentView
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,15 @@ class Operations(pyfuse3.Operations):
             attr.st_blocks = -(-attr.st_size // 512)
         return attr
 
+    def _fresh_document(self, node: Node) -> bool:
+        """A metadata document of a write mount: a flush may rewrite it at any time,
+        so the kernel keeps neither its size nor its pages."""
+        return (
+            not self.read_only
+            and isinstance(node, FileNode)
+            and isinstance(node.view, DocumentView)
+        )
+
     def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode
@@ -169,6 +179,12 @@ class Operations(pyfuse3.Operations):
             write_bits = 0 if self.read_only or not node.view.writable else 0o200
             attr.st_mode = stat.S_IFREG | 0o444 | write_bits
             attr.st_nlink = 1
+            if unlisted(node):
+                # Looked up at each open: the lookup stores what the mount holds
+                # unstored and finds the value's current size.
+                attr.entry_timeout = attr.attr_timeout = 0
+            elif self._fresh_document(node):
+                attr.attr_timeout = 0
         attr.st_uid = self._uid
         attr.st_gid = self._gid
         attr.st_blksize = 128 * 1024
@@ -186,9 +202,12 @@ class Operations(pyfuse3.Operations):
         entries = await self._entries(parent)
         node = entries.get(os.fsdecode(name))
         if node is None:
-            raise pyfuse3.FUSEError(errno.ENOENT)
+            # A chunk key, as a Zarr reader of the mount asks for it (never listed).
+            node = await self.tree.find_unlisted(parent, os.fsdecode(name))
+            if node is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
         attr = self.attributes(node)
-        if isinstance(node, FileNode):
+        if isinstance(node, FileNode) and not unlisted(node):
             self.parents[attr.st_ino] = parent
         self.inodes.remember(attr.st_ino)
         return attr
@@ -196,7 +215,10 @@ class Operations(pyfuse3.Operations):
     @_boundary
     async def forget(self, inode_list: list[tuple[int, int]]) -> None:
         for inode, count in inode_list:
-            self.inodes.forget(inode, count)
+            if self.inodes.forget(inode, count):
+                self._attrs.pop(inode, None)
+                self._listings.pop(inode, None)
+                self.page_cached.discard(inode)
 
     @_boundary
     async def getattr(
@@ -262,6 +284,9 @@ class Operations(pyfuse3.Operations):
             if not node.view.writable:
                 raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
         handle = OpenFile(node, inode)
+        if self._fresh_document(node):
+            await self.tree.store_shapes(self.parents.get(inode))
+            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         if flags & _WRITE_FLAGS:
             if flags & os.O_TRUNC:
                 node.view.open_truncated()
@@ -388,8 +413,8 @@ class Operations(pyfuse3.Operations):
 
     def _xattrs(self, inode: int) -> dict[str, bytes]:
         node = self.inodes.node(inode)
-        if node is self.tree.control:
-            return {}  # .zarrfs/ is no Zarr group
+        if node is self.tree.control or unlisted(node):
+            return {}  # .zarrfs/ is no Zarr group; chunk keys have no attributes
         if isinstance(node, FileNode):
             state = getattr(node.view, "state", None)
             return array_xattrs(state.meta) if state is not None else {}
