@@ -16,6 +16,8 @@ import json
 import logging
 import os
 import subprocess
+import sys
+import tempfile
 import textwrap
 import zipfile
 from collections.abc import Callable
@@ -26,7 +28,6 @@ import numpy as np
 import pandas as pd
 import pyfuse3
 import pytest
-import tensorstore
 import xarray as xr
 import zarr
 import zarr.storage
@@ -191,9 +192,25 @@ def zarr2_arrays(path: Path, out: Path, how: str) -> Arrays:
         return {name: saved[name] for name in saved.files}
 
 
+_TENSORSTORE_READ = """
+import sys, numpy as np, tensorstore
+spec = {"driver": sys.argv[1], "kvstore": {"driver": "file", "path": sys.argv[2]}}
+np.save(sys.argv[3], tensorstore.open(spec, open=True, read=True).result().read().result())
+"""
+
+
 def tensorstore_array(path: Path, driver: str) -> np.ndarray:
-    spec = {"driver": driver, "kvstore": {"driver": "file", "path": str(path)}}
-    return np.asarray(tensorstore.open(spec, open=True, read=True).result().read().result())
+    """Read in a process of its own: tensorstore's file driver may keep descriptors
+    of the mount open for a while after a read (its threads close them later), which
+    would make the unmount busy."""
+    with tempfile.TemporaryDirectory() as work:
+        out = Path(work) / "out.npy"
+        subprocess.run(
+            [sys.executable, "-c", _TENSORSTORE_READ, driver, str(path), str(out)],
+            check=True,
+            timeout=120,
+        )
+        return np.load(out)
 
 
 def ncdump(url: str, variable: str) -> str:
