@@ -265,20 +265,43 @@ def test_umount_reports_chunks_not_stored_on_a_full_disk(tmp_path: Path, mode: s
 
 def test_umount_reports_a_dropped_partial_row(tmp_path: Path) -> None:
     store = tmp_path / "a.zarr"
-    zarr.create_array(store=str(store), shape=(4, 100), chunks=(2, 100), dtype="u1", zarr_format=2)
+    zarr.open_group(str(store), mode="w", zarr_format=2)
+    zarr.create_array(
+        store=str(store / "t"), shape=(4, 100), chunks=(2, 100), dtype="u1", zarr_format=2
+    )
     (mountpoint,) = mountpoints(tmp_path, "mnt")
     with daemon(store, mountpoint, log=tmp_path / "log") as d:
-        fd = os.open(mountpoint / "array.raw", os.O_WRONLY | os.O_APPEND)
+        fd = os.open(mountpoint / "t" / "array.raw", os.O_WRONLY | os.O_APPEND)
         assert os.write(fd, b"\x07" * 105) == 105  # one row and 5 bytes of the next
         with pytest.raises(OSError) as closing:
             os.close(fd)  # released even so
         assert closing.value.errno == errno.EINVAL, "a partial row is pending"
         result = run_cli("umount", str(mountpoint))
         assert_one_error_line(
-            result, f"{mountpoint}: 5 bytes of an incomplete row of 1 array were dropped"
+            result, f"{mountpoint}: 5 bytes of an incomplete row of 1 array (t) were dropped"
         )
         assert not alive(d.pid) and not status_file(d.pid).exists()
-    assert zarr.open_array(str(store), mode="r").shape == (5, 100)
+    assert zarr.open_array(str(store / "t"), mode="r").shape == (5, 100)
+
+
+def test_a_partial_row_appended_by_a_shell_is_logged_at_close(tmp_path: Path) -> None:
+    """``printf 'ab' >> array.raw``: the shell closes the file through dup2, which
+    drops close's EINVAL, so the log says at once which array holds a partial row."""
+    store = tmp_path / "a.zarr"
+    zarr.open_group(str(store), mode="w", zarr_format=2)
+    zarr.create_array(
+        store=str(store / "t"), shape=(4, 100), chunks=(2, 100), dtype="u1", zarr_format=2
+    )
+    (mountpoint,) = mountpoints(tmp_path, "mnt")
+    log = tmp_path / "log"
+    with daemon(store, mountpoint, log=log):
+        shell = subprocess.run(
+            ["bash", "-c", f"printf 'ab' >> '{mountpoint}/t/array.raw'"], check=False
+        )
+        assert shell.returncode == 0  # bash never sees close's error
+        lines = [line for line in log.read_text().splitlines() if "pending after close" in line]
+        assert len(lines) == 1 and "t: 2 bytes of an incomplete row" in lines[0], lines
+        run_cli("umount", str(mountpoint))
 
 
 def test_normal_umount_exits_0_and_leaves_no_file(store: Path, tmp_path: Path) -> None:
@@ -372,6 +395,10 @@ def test_the_log_of_an_ended_daemon_is_swept_a_week_after_its_last_line(tmp_path
             ),
             "2 chunks (100 bytes) of 1 array were not stored: x; "
             "7 bytes of incomplete rows of 2 arrays were dropped",
+        ),
+        (
+            runstate.Unstored(tail_bytes=9, tail_arrays=4, tail_names=["a", "b/c", "d"]),
+            "9 bytes of incomplete rows of 4 arrays (a, b/c, d and 1 more) were dropped",
         ),
         (
             runstate.Unstored(tail_bytes=1, tail_arrays=1),

@@ -266,6 +266,8 @@ async def _final_flush(ops: Operations) -> None:
             )
             unstored.tail_bytes += len(state.tail)
             unstored.tail_arrays += 1
+            if len(unstored.tail_names) < 3:
+                unstored.tail_names.append(state.meta.display_name)
             state.tail.clear()
     try:
         await writeback.flush_all()

@@ -29,7 +29,7 @@ import os
 import stat
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zarrfs.errors import ZarrfsError
@@ -268,6 +268,7 @@ class Unstored:
     arrays: int = 0  # arrays with anything not stored (chunks or metadata)
     tail_bytes: int = 0  # pending partial rows, dropped
     tail_arrays: int = 0
+    tail_names: list[str] = field(default_factory=list)  # the first arrays, by name
     error: str | None = None  # why the final flush failed
 
     def describe(self) -> str:
@@ -286,9 +287,13 @@ class Unstored:
         if self.tail_bytes:
             rows = "an incomplete row" if self.tail_arrays == 1 else "incomplete rows"
             verb = "was" if self.tail_bytes == 1 else "were"
+            names = ", ".join(self.tail_names)
+            if names and self.tail_arrays > len(self.tail_names):
+                names += f" and {self.tail_arrays - len(self.tail_names)} more"
             parts.append(
                 f"{_plural(self.tail_bytes, 'byte')} of {rows} of "
-                f"{_plural(self.tail_arrays, 'array')} {verb} dropped"
+                f"{_plural(self.tail_arrays, 'array')}{f' ({names})' if names else ''} "
+                f"{verb} dropped"
             )
         return "; ".join(parts)
 

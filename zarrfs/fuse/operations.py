@@ -348,8 +348,21 @@ class Operations(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         # close(): the chunks this handle wrote are in the store before it returns.
         handle = self.files.get(fh)
-        if handle.wrote:
+        if not handle.wrote:
+            return
+        try:
             await self._flush_handle(handle)
+        finally:
+            state = getattr(handle.node.view, "state", None)
+            if state is not None and state.tail:
+                # close() fails with EINVAL, but a shell's `printf .. >> f` closes
+                # through dup2, which drops the error: the log must say it.
+                log.warning(
+                    "%s: %d bytes of an incomplete row are pending after close; "
+                    "complete the row, or they are dropped at unmount",
+                    state.meta.display_name,
+                    len(state.tail),
+                )
 
     @_boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
