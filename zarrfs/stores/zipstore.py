@@ -17,7 +17,8 @@ threads need no lock) of the member's own local header and data. Compressed
 members (deflate, bzip2, LZMA) are inflated in bounded steps, never past their
 declared size, which ``get`` checks against its limit before reading. A bad
 member (CRC, local header, truncated or corrupt data, encrypted, unknown method)
-raises InvalidValueError, which the chunk layer reports as that chunk being bad.
+raises InvalidValueError, which the chunk layer reports as that chunk being bad;
+such a member is still a key (listed, scanned), never taken for a missing one.
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ _CENTRAL_SIG, _LOCAL_SIG = b"PK\x01\x02", b"PK\x03\x04"
 
 _STORED, _DEFLATED, _BZIP2, _LZMA = 0, 8, 12, 14
 _ENCRYPTED, _UTF8 = 0x0001, 0x0800
+# Methods of APPNOTE.TXT 4.4.5 (and WinZip's AES) zarrfs does not read, named in errors.
+_METHODS = {
+    1: "shrunk",
+    6: "imploded",
+    9: "deflate64",
+    18: "IBM TERSE",
+    19: "IBM LZ77",
+    93: "zstd",
+    94: "MP3",
+    95: "xz",
+    96: "JPEG",
+    97: "WavPack",
+    98: "PPMd",
+    99: "AES encrypted",
+}
 _FULL32 = 0xFFFFFFFF  # a 32-bit field whose value is in the zip64 extra field
 _PIECE = 1 << 20  # the central directory and compressed data are read in these
 
@@ -289,13 +305,15 @@ class ZipStore(WriteRefusingStore):
 
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
         """Sizes from the central directory: nothing is read. Members that ``get``
-        refuses without reading (encrypted, unknown method) are no keys here."""
+        refuses without reading (encrypted, unknown method) are keys here too, with
+        their declared sizes: they are stored values a reader cannot have, which
+        ``zarrfs check`` must report, not count as missing."""
         base = _base(prefix)
         names = self._names
         i = bisect_left(names, base)
         while i < len(names) and names[i].startswith(base):
             member = self._members.get(names[i])
-            if member is not None and _refusal(member) is None:
+            if member is not None:
                 yield names[i][len(base) :], member.size
             i += 1
 
@@ -314,9 +332,11 @@ def _base(prefix: str) -> str:
 def _refusal(member: _Member) -> str | None:
     """Why a member may not be read, if that shows without reading it."""
     if member.flags & _ENCRYPTED:
-        return "encrypted"
+        return "encrypted member"
     if member.method not in (_STORED, _DEFLATED, _BZIP2, _LZMA):
-        return f"compression method {member.method} is not supported"
+        known = _METHODS.get(member.method)
+        name = f" ({known})" if known else ""
+        return f"compression method {member.method}{name} is not supported"
     if member.method == _STORED and member.compressed != member.size:
         return "stored member whose sizes differ"
     return None
