@@ -45,7 +45,7 @@ from zarrfs.errors import ChunkError, InvalidValueError, ReadOnlyError, StoreErr
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.v2 import parse_array
 from zarrfs.formats.v3 import parse_node
-from zarrfs.stores import zipstore
+from zarrfs.stores import zipindex, zipstore
 from zarrfs.stores.zipstore import ZipStore
 
 COMPRESSIONS = {
@@ -293,7 +293,7 @@ def test_bad_archives_fail_at_construction(tmp_path: Path) -> None:
 
 def test_too_many_members_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_zip(tmp_path / "z.zip", VALUES)
-    monkeypatch.setattr(zipstore, "MAX_MEMBERS", len(VALUES) - 1)
+    monkeypatch.setattr(zipindex, "MAX_MEMBERS", len(VALUES) - 1)
     assert "members" in str(one_line_error(path))
     # a central directory that lies about its count is counted as it is read
     data = bytearray(path.read_bytes())
