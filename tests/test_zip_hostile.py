@@ -86,6 +86,18 @@ def zeros_crc(nbytes: int) -> int:
     return crc
 
 
+def local_header(entry: Entry) -> bytes:
+    """The local header ``build`` writes before the entry's data, its name included."""
+    name = entry.name.encode()
+    crc = zlib.crc32(entry.data) if entry.crc is None else entry.crc
+    size = len(entry.data) if entry.size is None else entry.size
+    header = _LOCAL.pack(
+        b"PK\x03\x04", 20, 0, entry.flags, entry.method, 0, 0x21, crc & _FULL32,
+        len(entry.data) & _FULL32, size & _FULL32, len(name), 0,
+    )  # fmt: skip
+    return header + name
+
+
 def build(path: Path, entries: list[Entry], *, declared_members: int | None = None) -> Path:
     """The archive: local headers and data in order, then the central directory (with
     holes for comments: a sparse file), then the end record."""
@@ -95,14 +107,7 @@ def build(path: Path, entries: list[Entry], *, declared_members: int | None = No
             offsets.append(f.tell())
             if not entry.local:
                 continue
-            name = entry.name.encode()
-            crc = zlib.crc32(entry.data) if entry.crc is None else entry.crc
-            size = len(entry.data) if entry.size is None else entry.size
-            header = _LOCAL.pack(
-                b"PK\x03\x04", 20, 0, entry.flags, entry.method, 0, 0x21, crc & _FULL32,
-                len(entry.data) & _FULL32, size & _FULL32, len(name), 0,
-            )  # fmt: skip
-            f.write(header + name + entry.data)
+            f.write(local_header(entry) + entry.data)
         start = f.tell()
         for entry, offset in zip(entries, offsets):
             name = entry.name.encode()
