@@ -1,11 +1,12 @@
 """Hostile zip archives through a real mount, ``zarrfs check`` and ``zarrfs tree``.
 
 The archives are built by tests/test_zip_hostile.py's ``build`` (every field may
-lie). The daemon runs with its address space capped (``memory_limit``) and every
-command within a time bound. For each hostile member: one EIO for the reads that
-need it and one log line naming it, never wrong bytes; ``zarrfs check`` names it
-with the reason and exits 1; the rest of the archive reads as it should. An archive
-that cannot be read as a whole is one ``zarrfs: error:`` line for every command.
+lie). The daemon and the commands run with their address space capped (the
+daemon's ``memory_limit``, RLIMIT_AS) and within a time bound. For each hostile
+member: one EIO for the reads that need it and one log line naming it, never wrong
+bytes; ``zarrfs check`` names it with the reason and exits 1; the rest of the
+archive reads as it should. An archive that cannot be read as a whole is one
+``zarrfs: error:`` line for every command.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import errno
 import json
 import os
 import re
+import resource
 import subprocess
 import time
 import zipfile
@@ -48,7 +50,12 @@ CHUNK = 4096
 N_CHUNKS = 16
 
 
+def cap_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A command within a time bound and, as the daemon, the memory cap."""
     return subprocess.run(
         zarrfs_command(*args),
         stdin=subprocess.DEVNULL,
@@ -56,6 +63,7 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=timeout,
         check=False,
+        preexec_fn=cap_memory,
     )
 
 
