@@ -13,6 +13,7 @@ import hashlib
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,9 +23,11 @@ import zarr
 
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import zarrfs_command
-from zarrfs.errors import ReadOnlyError
+from tests.test_zip_store import patch_central
+from zarrfs.check import check_store
+from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.walk import ReadOnlyStore
+from zarrfs.walk import ReadOnlyStore, walk
 
 if TYPE_CHECKING:  # imported by pytest_plugins, which must be first to rewrite asserts
     from tests.servers import Bucket
@@ -240,6 +243,31 @@ def test_a_corrupt_member_of_a_zip_archive(tmp_path: Path, example: Path) -> Non
     assert [line.split(": ", 2)[1] for line in corrupt_lines(result)] == ["foo/bar/1.0"]
 
 
+def zip_of(directory: Path, archive: Path) -> Path:
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                z.writestr(str(path.relative_to(directory)), path.read_bytes())
+    return archive
+
+
+def test_members_a_mount_cannot_read_are_errors(tmp_path: Path, example: Path) -> None:
+    """An encrypted member and one of a method zarrfs lacks (zstd) are stored chunks a
+    mount answers with EIO: errors naming the key and why, not missing chunks."""
+    archive = zip_of(example, tmp_path / "data.zip")
+    patch_central(archive, "foo/bar/1.0", 8, b"\x01\x00")  # flags: encrypted
+    patch_central(archive, "weather/temperature/0.0.0", 10, b"\x5d\x00")  # method 93
+    result = check(str(archive))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert corrupt_lines(result) == [
+        "corrupt: foo/bar/1.0: reading 'foo/bar/1.0': encrypted member",
+        "corrupt: weather/temperature/0.0.0: reading 'weather/temperature/0.0.0': "
+        "compression method 93 (zstd) is not supported",
+    ]
+    assert summaries(result)["/foo/bar"] == "/foo/bar: 8 chunks: 8 present, 0 missing, 1 corrupt"
+    assert result.stdout.splitlines()[-1].startswith("FAILED: ")
+
+
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
 def test_http_consolidated_every_grid_position_is_asked_for(http_server: HttpServer) -> None:
     root = http_server.root / "v3.zarr"
@@ -266,10 +294,31 @@ def test_http_without_consolidated_metadata_checks_the_node_at_the_url(
     result = check(f"{http_server.url}v3.zarr/sparse")
     assert result.returncode == 0, result.stdout + result.stderr
     assert summaries(result) == {"/": "/: 4 chunks: 1 present, 3 missing, 0 corrupt"}
+    # Its root is a group, and nothing lists what is below it: nothing was checked.
     whole = check(f"{http_server.url}v3.zarr")
-    assert whole.returncode == 0
-    assert "cannot be listed" in whole.stderr
-    assert whole.stdout.splitlines()[-1].startswith("ok: 0 arrays")
+    assert whole.returncode == 1, whole.stdout + whole.stderr
+    assert whole.stdout == ""
+    assert whole.stderr.splitlines() == [
+        f"zarrfs: error: {http_server.url}v3.zarr: nothing to check: it cannot be listed "
+        "and holds no consolidated metadata (zarr.consolidate_metadata writes it)"
+    ]
+
+
+def test_a_store_without_arrays_is_one_error_line(tmp_path: Path) -> None:
+    group = tmp_path / "empty.zarr"
+    zarr.open_group(str(group), mode="w", zarr_format=2).create_group("sub")
+    result = check(str(group))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (result.stdout, result.stderr.splitlines()) == (
+        "",
+        [f"zarrfs: error: {group}: nothing to check: no arrays found"],
+    )
+    # metadata problems alone are reported as such, not as nothing found
+    (group / "sub/.zgroup").write_text("{broken")
+    broken = check(str(group))
+    assert broken.returncode == 1
+    assert broken.stdout.splitlines()[0].startswith("metadata: /sub: ")
+    assert broken.stdout.splitlines()[-1].startswith("FAILED: 0 arrays")
 
 
 def upload(bucket: Bucket, local: Path, prefix: str) -> None:
@@ -303,6 +352,26 @@ def test_a_missing_store_is_one_error_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     missing = tmp_path / "nope.zarr"
     assert result.stderr.splitlines() == [f"zarrfs: error: store '{missing}' does not exist"]
+
+
+def test_an_array_whose_chunks_cannot_be_listed_is_a_metadata_problem(example: Path) -> None:
+    """A listing that fails (a network error after the retries, a key no file name
+    can hold) is reported for its array; the others are checked."""
+
+    class FailingScan(DirectoryStore):
+        def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
+            if prefix == "foo/bar":
+                raise StoreError("listing 'foo/bar/': connection reset")
+            return super().scan(prefix)
+
+    store = ReadOnlyStore(FailingScan(str(example)))
+    printed: list[str] = []
+    report = check_store(store, walk(store), 2, progress=False, out=printed.append)
+    assert printed == [
+        "metadata: /foo/bar: cannot list its chunks: listing 'foo/bar/': connection reset"
+    ]
+    assert not report.ok and report.metadata == [printed[0].removeprefix("metadata: ")]
+    assert sum(a.present for a in report.arrays) == 15  # the other arrays' chunks
 
 
 def test_the_progress_bar_counts_chunks(example: Path) -> None:

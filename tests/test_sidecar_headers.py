@@ -10,9 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zarrfs.formats.sidecars import (
+    MAX_COORDINATE_CHUNKS,
+    MAX_COORDINATE_DECODED,
+    MAX_COORDINATE_ELEMENTS,
     MAX_NAME_TEXT,
     MapInfo,
     _clean,
+    coordinate_cost,
     coordinate_units,
     envi_data_type,
     envi_dimensions,
@@ -227,6 +231,27 @@ def test_map_info_lines() -> None:
     assert none.startswith(";") and "=" not in none
     assert len(north) == len(none) == map_info_width("Degrees")
     assert len(south) == map_info_width(None)
+
+
+def test_coordinate_cost() -> None:
+    """What reading a coordinate for a header may cost, judged from its layout alone."""
+    assert coordinate_cost((1 << 20,), (1 << 10,), 8, None) is None  # 1024 chunks, 8 MiB
+    assert coordinate_cost((MAX_COORDINATE_ELEMENTS + 1,), (1 << 20,), 1, None) == (
+        f"{MAX_COORDINATE_ELEMENTS + 1} elements, more than {MAX_COORDINATE_ELEMENTS}"
+    )
+    # a million one-element chunks: a fetch, a decode and a cache entry each
+    assert coordinate_cost((1 << 20,), (1,), 8, None) == (
+        f"{1 << 20} chunks, more than {MAX_COORDINATE_CHUNKS}"
+    )
+    assert coordinate_cost((MAX_COORDINATE_CHUNKS + 1,), (1,), 8, None) is not None
+    assert coordinate_cost((MAX_COORDINATE_CHUNKS,), (1,), 8, None) is None
+    # ten values in one chunk of 2**27 float64: a gigabyte decoded
+    assert "decode to" in (coordinate_cost((10,), (1 << 27,), 8, None) or "")
+    assert coordinate_cost((10,), (MAX_COORDINATE_DECODED // 8,), 8, None) is None
+    # sharded: the inner chunks count, and so do whole shards (read whole when nested)
+    assert coordinate_cost((4096,), (4,), 8, (4096,)) is None
+    assert coordinate_cost((4096,), (2,), 8, (4096,)) is not None  # 2048 inner chunks
+    assert "decode to" in (coordinate_cost((10,), (10,), 8, (1 << 27,)) or "")
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)

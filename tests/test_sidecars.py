@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,11 +24,12 @@ import trio
 import zarr
 from zarr.codecs import BytesCodec
 
-from tests.mounting import Mounted, mounted
+from tests.mounting import Mounted, mounted, peak_rss
 from tests.stores import CountingStore
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.formats import hierarchy
 from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.views import sidecars as views_sidecars
 
 pytestmark = pytest.mark.mount
 
@@ -419,3 +421,125 @@ def test_map_info_follows_coordinates_written_through_the_mount(tmp_path: Path) 
         (m / "x" / "array.raw").write_bytes(np.geomspace(1.0, 2.0, 12).tobytes())
         assert "geoTransform" not in gdalinfo(m / "z" / "array.raw")
         assert len(read_exact(m / "z" / HDR)) == size
+
+
+# -- what the coordinates may cost a header ----------------------------------------------
+
+
+def one_element_chunks(group: zarr.Group, name: str, values: np.ndarray | int) -> None:
+    """A coordinate stored in chunks of one element (``values``; or, for a length,
+    metadata only: every chunk missing, read as fill value)."""
+    length = values if isinstance(values, int) else values.size
+    z = group.create_array(name, shape=(length,), chunks=(1,), dtype="<f8")
+    if not isinstance(values, int):
+        z[...] = values
+    z.attrs["_ARRAY_DIMENSIONS"] = [name]
+
+
+def test_coordinates_in_too_many_chunks_give_no_map_info(tmp_path: Path) -> None:
+    """x in 1025 chunks (one more than a header may read): regular as they are, the
+    header has no map info, its size says so from the listing on, and x is not read."""
+    root = tmp_path / "many.zarr"
+    top = zarr.open_group(str(root), mode="w", zarr_format=2)
+    one_element_chunks(top, "x", np.arange(1025) + 0.5)
+    coordinate(top, "y", np.arange(3.5, 0, -1.0), "m")
+    z = top.create_array("z", shape=(4, 1025), chunks=(4, 256), dtype="<f4")
+    z.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    store = CountingStore(str(root))
+    tree = Tree(store, ChunkCache(store, 2**24))
+    hdr = tree.resolve("z/array.hdr")
+    assert isinstance(hdr, FileNode)
+    size = hdr.view.size
+    text = trio.run(hdr.view.read, 0, 1 << 16)
+    assert len(text) == size
+    assert b"map info" not in text
+    assert header_fields(text, "=")["samples"] == "1025"
+    documents = {*hierarchy.NODE_KEYS, *hierarchy.ROOT_KEYS}
+    assert not [k for k in store.gets if k.startswith("x/") and k[2:] not in documents]
+
+
+def test_coordinates_too_slow_to_read_give_no_map_info(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that takes longer than MAP_INFO_SECONDS for the coordinates: the header
+    comes when that time is up, with the comment where the map info would be."""
+    root = tmp_path / "slow.zarr"
+    top = zarr.open_group(str(root), mode="w", zarr_format=2)
+    coordinate(top, "y", np.arange(3.5, 0, -1.0), "m")
+    coordinate(top, "x", np.arange(0.5, 8, 1.0), "m")
+    z = top.create_array("z", shape=(4, 8), chunks=(4, 8), dtype="<u2")
+    z.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+
+    class Slow(CountingStore):
+        def get(self, key: str, *, limit: int | None = None) -> bytes | None:
+            if key.startswith("x/") and key[2:].isdigit():
+                time.sleep(3)
+            return super().get(key, limit=limit)
+
+    monkeypatch.setattr(views_sidecars, "MAP_INFO_SECONDS", 0.5, raising=False)
+    store = Slow(str(root))
+    tree = Tree(store, ChunkCache(store, 2**24))
+    hdr = tree.resolve("z/array.hdr")
+    assert isinstance(hdr, FileNode)
+    size = hdr.view.size
+    start = time.monotonic()
+    text = trio.run(hdr.view.read, 0, 1 << 16)
+    assert time.monotonic() - start < 2.5
+    assert len(text) == size
+    assert b"\n; no map info" in text and b"map info =" not in text
+
+
+def test_a_million_one_element_chunks_cost_the_header_nothing(tmp_path: Path) -> None:
+    """A metadata-only store whose x coordinate is 1 Mi float64 in chunks of one
+    element: gdalinfo reads array.hdr at once and in little memory (all 1 Mi chunks
+    were read for it, which took minutes and gigabytes), with no map info."""
+    require("gdalinfo")
+    root = tmp_path / "million.zarr"
+    top = zarr.open_group(str(root), mode="w", zarr_format=2)
+    one_element_chunks(top, "x", 1 << 20)
+    coordinate(top, "y", np.arange(3.5, 0, -1.0), "m")
+    z = top.create_array("z", shape=(4, 1 << 20), chunks=(4, 1 << 16), dtype="<f4")
+    z.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    with mounted(root, "--read-only", log_dir=tmp_path, memory_limit=2 << 30) as m:
+        start = time.monotonic()
+        result = subprocess.run(
+            ["gdalinfo", "-json", str(m / "z" / "array.raw")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        elapsed = time.monotonic() - start
+        assert result.returncode == 0, result.stderr
+        info = json.loads(result.stdout)
+        assert info["size"] == [1 << 20, 4] and "geoTransform" not in info
+        header = read_exact(m / "z" / HDR)
+        assert b"map info" not in header
+        assert m.process.poll() is None
+        peak = peak_rss(m.process)
+    assert elapsed < 20, elapsed
+    assert peak < 500 << 20, f"peak RSS {peak >> 20} MiB"
+
+
+def test_coordinates_grown_past_the_bounds_turn_map_info_into_the_comment(
+    tmp_path: Path,
+) -> None:
+    """y grown through the mount to 1100 one-element chunks, the array with it: the
+    line reserved for map info becomes the comment of the same width."""
+    root = tmp_path / "grow.zarr"
+    top = zarr.open_group(str(root), mode="w", zarr_format=2)
+    one_element_chunks(top, "y", np.arange(3.5, 0, -1.0))
+    coordinate(top, "x", np.arange(0.5, 8, 1.0), "m")
+    z = top.create_array("z", shape=(4, 8), chunks=(4, 8), dtype="<f4")
+    z.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    rows = 1100
+    with mounted(root, log_dir=tmp_path) as m:
+        before = read_exact(m / "z" / HDR)
+        assert header_fields(before, "=")["map info"].startswith("{Arbitrary")
+        (m / "y" / "array.raw").write_bytes(np.arange(rows - 0.5, 0, -1.0).tobytes())
+        with open(m / "z" / "array.raw", "ab") as f:
+            f.write(np.zeros((rows - 4, 8), dtype="<f4").tobytes())
+        after = read_exact(m / "z" / HDR)
+        assert header_fields(after, "=")["lines"] == str(rows)
+        assert b"\n; no map info" in after and b"map info =" not in after
+        assert len(after) == len(before) + len(str(rows)) - 1

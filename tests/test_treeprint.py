@@ -204,6 +204,17 @@ def test_a_hierarchy_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
         ".zgroup": group,
         **{"/".join(["a"] * n) + "/.zgroup": group for n in range(1, depth + 1)},
     }
+    deepest = "/".join(["a"] * depth)
+    metadata[f"{deepest}/x/.zarray"] = {
+        "zarr_format": 2,
+        "shape": [2],
+        "chunks": [2],
+        "dtype": "<i2",
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+    }
     (root / ".zgroup").write_text(json.dumps(group))
     (root / ".zmetadata").write_text(
         json.dumps({"zarr_consolidated_format": 1, "metadata": metadata})
@@ -211,12 +222,13 @@ def test_a_hierarchy_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
     result = tree(str(root))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert len(lines) == depth + 1
-    assert lines[-1] == " " * 4 * (depth - 1) + "└── a"
+    assert len(lines) == depth + 2
+    assert lines[-2] == " " * 4 * (depth - 1) + "└── a"
+    assert lines[-1] == " " * 4 * depth + "└── x (2,) <i2 chunks=(2,) codecs=[]"
     checked = subprocess.run(
         zarrfs_command("check", str(root)), capture_output=True, text=True, timeout=120
     )
     assert checked.returncode == 0, checked.stderr[-2000:]
-    assert checked.stdout.splitlines() == [
-        "ok: 0 arrays: 0 chunks present, 0 missing, 0 corrupt, 0 metadata problems"
-    ]
+    assert checked.stdout.splitlines()[-1] == (
+        "ok: 1 arrays: 0 chunks present, 1 missing, 0 corrupt, 0 metadata problems"
+    )

@@ -11,7 +11,9 @@ reason. A shard's index is read and checked first, then each inner chunk it hold
 Missing chunks are no error: they read as the fill value. Exit status: 0 when every
 stored chunk decodes and all metadata reads; 1 when a chunk is corrupt or cannot be
 read, or some metadata cannot be read (each one printed with its store key and the
-reason); 2 for a usage error. The store is opened read-only (walk.ReadOnlyStore).
+reason), or when there is nothing to check (no array found: one line); 2 for a usage
+error. The store is opened read-only (walk.ReadOnlyStore). Every line is printed
+through walk.printable: keys and reasons come from the store.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.formats.shards import ShardIndex, inner_range
 from zarrfs.stores.base import Store
 from zarrfs.views.info import human
-from zarrfs.walk import Hierarchy, open_and_walk
+from zarrfs.walk import Hierarchy, echo, open_and_walk, printable
 
 # Jobs queued per worker thread: enough to keep them busy, few enough that a store
 # of millions of chunks is never all in memory at once.
@@ -89,13 +91,18 @@ class Done:
 Job = Callable[[], Done]
 
 
+def _reason(error: Exception) -> str:
+    if isinstance(error, ZarrfsError):
+        return str(error)
+    # a failure nobody foresaw: reported, as the mount answers it with EIO
+    return f"{type(error).__name__}: {error}"
+
+
 def _failed(report: ArrayCheck, key: str, error: Exception, count: int, nbytes: int = 0) -> Done:
     if isinstance(error, ChunkError):
         key, reason = error.key, error.reason
-    elif isinstance(error, ZarrfsError):
-        reason = str(error)
-    else:  # a failure nobody foresaw: reported, as the mount answers it with EIO
-        reason = f"{type(error).__name__}: {error}"
+    else:
+        reason = _reason(error)
     return Done(report, count, count, count, nbytes, (key, reason))
 
 
@@ -299,7 +306,14 @@ def check_store(
             if meta.unsupported is not None:
                 checked.skipped = meta.unsupported
                 continue
-            yield from array_jobs(store, meta, checked, add_total)
+            try:
+                yield from array_jobs(store, meta, checked, add_total)
+            except Exception as e:
+                # Its stored chunks cannot all be found, so neither can the check
+                # vouch for them: a metadata problem of that array.
+                problem = f"/{node.path}: cannot list its chunks: {_reason(e)}"
+                report.metadata.append(problem)
+                out(f"metadata: {problem}")
 
     def on_done(done: Done) -> None:
         array = done.array
@@ -317,6 +331,20 @@ def check_store(
     finally:
         bar.close()
     return report
+
+
+def nothing_to_check(hierarchy: Hierarchy) -> str | None:
+    """Why a check of ``hierarchy`` would check nothing, if it would: no array found
+    and no metadata problem to report (a store the walk could not list below its root
+    group, or a hierarchy of groups only). An "ok" would then say nothing."""
+    if hierarchy.problem_lines() or any(node.is_array for node in hierarchy.root.nodes()):
+        return None
+    if not hierarchy.listed:
+        return (
+            "it cannot be listed and holds no consolidated metadata "
+            "(zarr.consolidate_metadata writes it)"
+        )
+    return "no arrays found"
 
 
 def conclusion(report: Report) -> str:
@@ -359,14 +387,18 @@ def check_command(
     per array. Exits 0 if everything stored decodes (missing chunks are fine), 1 if
     any chunk is corrupt or any metadata unreadable."""
     opened, hierarchy = open_and_walk(
-        store, anonymous=anonymous, consolidated=not no_consolidated, done="checked"
+        store, anonymous=anonymous, consolidated=not no_consolidated, done=None
     )
+    nothing = nothing_to_check(hierarchy)
+    if nothing is not None:
+        echo(f"zarrfs: error: {opened.describe()}: nothing to check: {nothing}", err=True)
+        sys.exit(1)
 
     def out(line: str) -> None:
-        tqdm.write(line, file=sys.stdout)
+        tqdm.write(printable(line), file=sys.stdout)
 
     report = check_store(opened, hierarchy, jobs or os.cpu_count() or 1, progress=progress, out=out)
     for array in sorted(report.arrays, key=lambda a: a.path):
-        click.echo(array.summary())
-    click.echo(conclusion(report))
+        echo(array.summary())
+    echo(conclusion(report))
     sys.exit(0 if report.ok else 1)

@@ -6,7 +6,8 @@ of a sharded v3 array: ``chunks`` is then the inner chunk) and codecs, in the
 document's own words. The hierarchy is listed as the mount lists it (zarrfs/walk.py):
 from consolidated metadata where the root holds it, one document read for the whole
 tree. A node whose metadata cannot be read is shown as such, its reason on stderr,
-and the exit status is then 1.
+and the exit status is then 1. Every line is printed through walk.printable: names
+and codec settings come from the store.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import click
 from zarrfs.formats.describe import codec_fields
 from zarrfs.formats.limits import clip
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.walk import Node, open_and_walk
+from zarrfs.walk import Node, echo, open_and_walk
 
 # A line is for reading: codec configurations chosen by the store are cut here.
 MAX_CODECS_TEXT = 1000
@@ -127,8 +128,8 @@ def tree_command(store: str, no_consolidated: bool, anonymous: bool) -> None:
         store, anonymous=anonymous, consolidated=not no_consolidated, done="shown"
     )
     for line in tree_lines(hierarchy.root):
-        click.echo(line)
+        echo(line)
     found = hierarchy.problem_lines()
     for problem in found:
-        click.echo(f"zarrfs: metadata unreadable: {problem}", err=True)
+        echo(f"zarrfs: metadata unreadable: {problem}", err=True)
     sys.exit(1 if found else 0)

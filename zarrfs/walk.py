@@ -6,11 +6,17 @@ directory is listed; what a directory's documents make of it is formats/hierarch
 business. Unlike the tree, which hides a node whose metadata is broken and keeps
 serving the rest, a walk keeps such a node with the reason, so that the commands can
 report it. Reads only: nothing here writes to the store.
+
+Everything the commands print passes through ``printable``: names, keys, reasons and
+codec settings come from the store, and a terminal acts on the control characters
+they may hold (an escape sequence retitles the window or moves the cursor, a newline
+fakes a line of output).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +32,53 @@ from zarrfs.stores.base import Listing as KeyListing
 from zarrfs.stores.base import Store, WriteRefusingStore
 from zarrfs.stores.location import StoreOptions, open_store
 from zarrfs.tree import node_documents, read_root_keys
+
+# What a terminal acts on instead of showing: C0 controls, DEL and C1 controls (Unicode's
+# "Cc"), the line and paragraph separators, the bidirectional formatting characters
+# (they reorder what follows them on screen), and lone surrogates (undecodable bytes
+# of a file name, which no terminal encoding can carry).
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), so that what the store holds is shown, never
+    obeyed; the rest is left as it is."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def echo(line: str, *, err: bool = False) -> None:
+    """One line of a command's output (stdout, or stderr with ``err``), made printable."""
+    click.echo(printable(line), err=err)
+
+
+class _PrintableHandler(logging.Handler):
+    """Log lines of the commands on stderr, made printable, message only (as Python's
+    fallback handler writes them, to whatever stderr is at the time)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            echo(self.format(record), err=True)
+        except Exception:
+            self.handleError(record)
+
+
+def _log_printably() -> None:
+    """Send the commands' log lines through _PrintableHandler, unless logging was set
+    up already."""
+    logger = logging.getLogger("zarrfs")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    logger.addHandler(_PrintableHandler(logging.WARNING))
 
 
 class ReadOnlyStore(WriteRefusingStore):
@@ -225,19 +278,21 @@ def walk(store: Store, *, consolidated: bool = True) -> Hierarchy:
 
 
 def open_and_walk(
-    location: str, *, anonymous: bool, consolidated: bool, done: str
+    location: str, *, anonymous: bool, consolidated: bool, done: str | None
 ) -> tuple[ReadOnlyStore, Hierarchy]:
     """For the commands that look at a store: it opened read-only and walked, one
     error line and exit status 1 when that fails, and a warning when only its root
-    could be reached (``done``: what is done with the root, "checked")."""
+    could be reached (``done``: what is done with the root, "shown"; None: no
+    warning, the caller says what it makes of that)."""
+    _log_printably()
     try:
         opened = ReadOnlyStore(open_store(location, StoreOptions(anonymous=anonymous)))
         found = walk(opened, consolidated=consolidated)
     except ZarrfsError as e:
-        click.echo(f"zarrfs: error: {e}", err=True)
+        echo(f"zarrfs: error: {e}", err=True)
         sys.exit(1)
-    if not found.listed:
-        click.echo(
+    if not found.listed and done is not None:
+        echo(
             f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
             f"metadata: only its root is {done}",
             err=True,

@@ -55,6 +55,17 @@ _NRRD_TYPES = {
 
 # Coordinates longer than this are not read for a header (8 MiB of float64).
 MAX_COORDINATE_ELEMENTS = 1 << 20
+# Nor are coordinates stored in more chunks (inner chunks, where sharded) than this:
+# a read of a header is a read of every one of them, and each costs a fetch, a
+# decode and a cache entry (a million one-element chunks took minutes and gigabytes).
+MAX_COORDINATE_CHUNKS = 1024
+# Nor those whose chunks (or, sharded, whole shards) decode to more bytes than this
+# together: one chunk far larger than the axis (chunks of 2**27 elements for 10
+# values) would be decoded whole.
+MAX_COORDINATE_DECODED = 64 << 20
+# How long the coordinates of one header may take to read (a slow store): the
+# header is then served without map info.
+MAP_INFO_SECONDS = 10.0
 # A coordinate is regular when each value lies within this fraction of a step of the
 # line through the first and the last (plus the rounding of its own dtype).
 REGULAR_TOLERANCE = 1e-3
@@ -62,7 +73,9 @@ REGULAR_TOLERANCE = 1e-3
 MAX_NAME_TEXT = 256
 # The widest repr() of a float64.
 _WIDEST_NUMBER = "-1.2345678901234567e-308"
-_NO_MAP_INFO = "; no map info: the coordinates are not regular or do not fit the shape"
+_NO_MAP_INFO = (
+    "; no map info: the coordinates are not regular, do not fit the shape, or could not be read"
+)
 
 # CF/xarray "units" attributes → the unit names ENVI's map info knows.
 _UNITS = {
@@ -131,6 +144,27 @@ def _dimension_text(dimensions: Sequence[str | None] | None) -> str:
     if not dimensions:
         return ""
     return "; dimensions: " + ", ".join(_clean(d) if d else "-" for d in dimensions)
+
+
+def coordinate_cost(
+    shape: Sequence[int], chunks: Sequence[int], itemsize: int, shards: Sequence[int] | None
+) -> str | None:
+    """Why the values of a 1-D coordinate of this layout are not read for a header
+    (too many elements, chunks, or decoded bytes); None when they may be. ``chunks``
+    are the inner chunks of a sharded coordinate, whose ``shards`` may be read whole."""
+    length = math.prod(shape)
+    if length > MAX_COORDINATE_ELEMENTS:
+        return f"{length} elements, more than {MAX_COORDINATE_ELEMENTS}"
+    n_chunks = math.prod(-(-n // max(c, 1)) for n, c in zip(shape, chunks))
+    if n_chunks > MAX_COORDINATE_CHUNKS:
+        return f"{n_chunks} chunks, more than {MAX_COORDINATE_CHUNKS}"
+    decoded = n_chunks * math.prod(chunks) * itemsize
+    if shards is not None:
+        n_shards = math.prod(-(-n // max(c, 1)) for n, c in zip(shape, shards))
+        decoded = max(decoded, n_shards * math.prod(shards) * itemsize)
+    if decoded > MAX_COORDINATE_DECODED:
+        return f"its chunks decode to {decoded} bytes, more than {MAX_COORDINATE_DECODED}"
+    return None
 
 
 def coordinate_units(y_units: object, x_units: object) -> str | None:

@@ -9,10 +9,13 @@ from before a resize is served.
 ``map info`` needs the values of the coordinate arrays (xarray's: sibling 1-D
 arrays named by the last two dimension names). Which arrays those are is settled
 when the directory is listed, from metadata alone; their values are read on each
-read of the header from its start (they are small: at most
-MAX_COORDINATE_ELEMENTS), through their own array state, so writes through the
-mount count. The map info line has a fixed width (formats/sidecars.py), so the size
-never waits for those values.
+read of the header from its start, through their own array state, so writes
+through the mount count. What that read may cost is bounded from metadata
+(formats/sidecars.coordinate_cost: elements, chunks, decoded bytes) and in time
+(MAP_INFO_SECONDS): coordinates over the bounds at listing give a header without a
+map info line; over them at a read (grown since, or slow) the line reserved for map
+info is the comment of the same width. The map info line has a fixed width
+(formats/sidecars.py), so the size never waits for those values.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import trio
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats import sidecars
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.sidecars import MAX_COORDINATE_ELEMENTS, MapInfo
+from zarrfs.formats.sidecars import MAP_INFO_SECONDS, MapInfo
 from zarrfs.views.base import View
 
 log = logging.getLogger(__name__)
@@ -47,15 +51,26 @@ class Coordinates:
     units: str | None  # ENVI's name of their common unit
 
 
+def _too_costly(meta: ArrayMeta) -> str | None:
+    """Why reading the coordinate ``meta`` for a header would cost too much, if it would."""
+    shards = None if meta.shards is None else meta.shards.shard_shape
+    return sidecars.coordinate_cost(meta.shape, meta.chunks, meta.itemsize, shards)
+
+
 def _coordinate_ok(meta: ArrayMeta, name: str, length: int) -> bool:
-    return (
+    if not (
         len(meta.shape) == 1
         and meta.shape[0] == length
-        and 2 <= length <= MAX_COORDINATE_ELEMENTS
+        and length >= 2
         and meta.dtype.kind in "iuf"
         and meta.dtype.fields is None
         and meta.dimension_names in (None, (name,))
-    )
+    ):
+        return False
+    cost = _too_costly(meta)
+    if cost is not None:
+        log.info("%s: no map info from %s: %s", HDR_NAME, meta.display_name, cost)
+    return cost is None
 
 
 def find_coordinates(
@@ -85,8 +100,8 @@ def find_coordinates(
 async def _values(state: ArrayState, length: int) -> np.ndarray | None:
     """The coordinate's values, if it still has ``length`` of them."""
     meta = state.meta
-    if meta.shape != (length,) or length > MAX_COORDINATE_ELEMENTS:
-        return None
+    if meta.shape != (length,) or _too_costly(meta) is not None:
+        return None  # (grown since the listing)
     try:
         data = await state.read(0, meta.nbytes)
     except ZarrfsError as e:
@@ -156,8 +171,17 @@ class EnviHeaderView(_HeaderView):
     async def _map_info(self, meta: ArrayMeta) -> MapInfo | None:
         if self.coordinates is None or len(meta.shape) < 2:
             return None
-        y = await _values(self.coordinates.y, meta.shape[-2])
-        x = await _values(self.coordinates.x, meta.shape[-1])
+        y = x = None
+        with trio.move_on_after(MAP_INFO_SECONDS) as scope:
+            y = await _values(self.coordinates.y, meta.shape[-2])
+            x = await _values(self.coordinates.x, meta.shape[-1])
+        if scope.cancelled_caught:
+            log.warning(
+                "%s of %s: no map info: its coordinates were not read within %g s",
+                HDR_NAME,
+                meta.display_name,
+                MAP_INFO_SECONDS,
+            )
         if y is None or x is None:
             return None
         return sidecars.map_info_of(y, x)
