@@ -10,6 +10,7 @@ check never changes it.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import zipfile
@@ -266,6 +267,22 @@ def test_members_a_mount_cannot_read_are_errors(tmp_path: Path, example: Path) -
     ]
     assert summaries(result)["/foo/bar"] == "/foo/bar: 8 chunks: 8 present, 0 missing, 1 corrupt"
     assert result.stdout.splitlines()[-1].startswith("FAILED: ")
+
+
+def test_directory_keys_a_mount_cannot_read_are_errors(tmp_path: Path, example: Path) -> None:
+    """A chunk key that is a symlink (even to a good chunk inside the store) or a FIFO
+    is a stored chunk a mount answers with EIO: an error naming the key, not a
+    missing chunk, and the check does not block on the FIFO."""
+    array = example / "foo" / "bar"
+    (array / "1.0").unlink()
+    (array / "1.0").symlink_to(array / "0.0")
+    (array / "2.0").unlink()
+    os.mkfifo(array / "2.0")
+    result = check(str(example))
+    assert result.returncode == 1, result.stdout + result.stderr
+    keys = sorted(line.split(": ", 2)[1] for line in corrupt_lines(result))
+    assert keys == ["foo/bar/1.0", "foo/bar/2.0"], result.stdout
+    assert summaries(result)["/foo/bar"] == "/foo/bar: 8 chunks: 8 present, 0 missing, 2 corrupt"
 
 
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")

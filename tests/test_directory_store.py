@@ -187,9 +187,12 @@ def test_a_symlink_key_is_replaced_or_removed_itself(
     assert (outside / "0").read_bytes() == SECRET
 
 
-def test_list_dir_and_scan_skip_symlinks(
+def test_list_dir_skips_symlinks_and_scan_reports_them_unfollowed(
     tmp_path: Path, outside: Path, open_store: OpenStore
 ) -> None:
+    """A listing shows no symlink. A scan (what check and a resize's cleanup see)
+    reports a symlink to a file as a key of size 0, which reading refuses, and
+    never descends through a symlink to a directory."""
     root = make_root(tmp_path)
     (root / "k").write_bytes(b"12345")
     (root / "link_file").symlink_to(outside / "0")
@@ -202,7 +205,9 @@ def test_list_dir_and_scan_skip_symlinks(
     assert listing.keys == ("k",)
     assert listing.prefixes == ("a",)
     assert store.list_dir("a").keys == ("ok",)
-    assert dict(store.scan("")) == {"k": 5, "a/ok": 6}
+    assert dict(store.scan("")) == {"k": 5, "a/ok": 6, "link_file": 0, "dangling": 0, "a/link": 0}
+    with pytest.raises(InvalidValueError):
+        store.get("link_file")
     with pytest.raises(InvalidValueError):
         store.list_dir("link_in")
     assert list(store.scan("link_out")) == []

@@ -270,16 +270,18 @@ class DirectoryStore(Store):
         return Listing(tuple(sorted(keys)), tuple(sorted(prefixes)))
 
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
-        """Regular files below ``prefix``, never through a symlink or into another
-        mount; our own temporary files are not keys."""
+        """Files below ``prefix``, never through a symlink or into another mount; our
+        own temporary files are not keys. A symlink, FIFO or device at a key is a
+        key too (size 0): reading it is an error, as through a mount, never a
+        missing value."""
         try:
             top = self._resolve(self._root_fd, _relative(prefix), DIRECTORY)
         except (OSError, StoreError):
             return
         try:
-            for relative, name, st, _ in self._walk_tree(top):
+            for relative, name, st, _ in self._walk_tree(top, regular_only=False):
                 if TEMP_MARKER not in name:
-                    yield relative + name, st.st_size
+                    yield relative + name, st.st_size if stat.S_ISREG(st.st_mode) else 0
         finally:
             os.close(top)
 
@@ -288,6 +290,8 @@ class DirectoryStore(Store):
         top: int,
         wanted: Callable[[str], bool] | None = None,
         between: Callable[[], None] | None = None,
+        *,
+        regular_only: bool = True,
     ) -> Iterator[tuple[str, str, os.stat_result, int]]:
         """(directory relative to ``top`` with a trailing "/", name, lstat, descriptor
         of the directory) of every regular file on the root's filesystem (whose name
@@ -305,7 +309,7 @@ class DirectoryStore(Store):
                 if wanted is not None:
                     files = [name for name in files if wanted(name)]
                 for name in files:
-                    st = self._own(name, dir_fd, stat.S_ISREG)
+                    st = self._own(name, dir_fd, stat.S_ISREG if regular_only else _not_dir)
                     if st is not None:
                         yield relative, name, st, dir_fd
         finally:
@@ -510,3 +514,7 @@ _KINDS = {
     stat.S_IFSOCK: "a socket",
     stat.S_IFLNK: "a symbolic link",
 }
+
+
+def _not_dir(mode: int) -> bool:
+    return not stat.S_ISDIR(mode)
