@@ -362,3 +362,25 @@ def test_a_bug_in_a_background_store_costs_that_batch_not_the_writer(tmp_path: P
     trio.run(main)
     assert failures == 2 and wb.cache.counters.errors == 2
     assert np.all(oracle(tmp_path)[:32] == 3)
+
+
+def test_a_rewrite_of_a_shard_a_shrink_left_beyond_the_end_stores_nothing(
+    tmp_path: Path,
+) -> None:
+    """A resize's flush chose a shard to rewrite and waited for it; meanwhile the
+    array shrank past the whole shard. The rewrite stores nothing (the shard is
+    now wholly stale, for the next resize's flush to delete) instead of failing."""
+    sharded(tmp_path)
+    state, store, wb = open_state(tmp_path, sharded_array=True)
+
+    async def main() -> None:
+        state.truncate(40 * ROW)  # shard row 1 keeps one live inner chunk row
+        state.truncate(8 * ROW)  # ... until this, before the rewrite is taken
+        await wb._gather([], rewrite=[(state, (1, 0)), (state, (1, 1))])
+        assert "c/1/0" not in store.staged_keys
+        await wb.flush_array(state)
+
+    trio.run(main)
+    assert oracle(tmp_path).shape == (8, SHAPE[1])
+    shards = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("c/*/*") if p.is_file())
+    assert shards == ["c/0/0", "c/0/1"]

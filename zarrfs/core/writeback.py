@@ -291,7 +291,9 @@ class WriteBack:
                         members = {}
                         forced = False
                         errors.append(e)
-                    if not members and not forced:
+                    if not members and not (forced and state.meta.holds_unit(unit)):
+                        # Nothing to store; a rewrite of a unit a shrink has since
+                        # left wholly beyond the end is the next resize's deletion.
                         batch.arrive()
                         continue
                     self._hand_over(state, unit, members)

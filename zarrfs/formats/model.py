@@ -133,6 +133,13 @@ class ArrayMeta:
             return []
         return [index for _, index in geometry.inner_chunks_in_array(unit)]
 
+    def holds_unit(self, unit: Index) -> bool:
+        """Stored unit ``unit`` (a chunk, or a shard) lies inside the array as it is
+        now shaped."""
+        if self.shards is None:
+            return self.holds_chunk(unit)
+        return _inside(unit, self.shards.geometry.shard_grid)
+
     def holds_chunk(self, index: Index) -> bool:
         """Chunk ``index`` lies inside the array as it is now shaped."""
         return _inside(index, grid_shape(self.shape, self.chunks))
