@@ -39,6 +39,8 @@ class GatedStore(CountingStore):
         self._open = threading.Event()
         self.staged_keys: list[str] = []
         self.deleted_keys: list[str] = []
+        self.scan_gate: threading.Event | None = None  # listings wait for it when set
+        self.scanning = threading.Event()
 
     def stage(self, key: str, value: Any) -> Any:
         self.staged_keys.append(key)
@@ -65,6 +67,12 @@ class GatedStore(CountingStore):
 
     def release(self) -> None:
         self._open.set()
+
+    def scan(self, prefix: str) -> Any:
+        if self.scan_gate is not None:
+            self.scanning.set()
+            assert self.scan_gate.wait(30), "the test never opened the listing's gate"
+        return super().scan(prefix)
 
 
 def sharded(root: Path) -> np.ndarray:
@@ -384,3 +392,52 @@ def test_a_rewrite_of_a_shard_a_shrink_left_beyond_the_end_stores_nothing(
     assert oracle(tmp_path).shape == (8, SHAPE[1])
     shards = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("c/*/*") if p.is_file())
     assert shards == ["c/0/0", "c/0/1"]
+
+
+def test_a_second_shrink_to_the_same_size_during_a_resize_flush_keeps_its_marks(
+    tmp_path: Path,
+) -> None:
+    """A resize's flush lists the store while rows written after the shrink it
+    stores are held by a batch, and the array is shrunk to the same size again
+    meanwhile (so its lowest size is unchanged). The batch commits those rows after
+    the listing: the flush must not take the second shrink for settled, or the rows
+    it removed would come back."""
+    z = zarr.create_array(
+        store=str(tmp_path),
+        shape=(32, SHAPE[1]),
+        dtype="<i4",
+        chunks=INNER,
+        shards=SHARD,
+        fill_value=-1,
+    )
+    z[...] = 1
+    state, store, wb = open_state(tmp_path, sharded_array=True)
+    store.scan_gate = threading.Event()
+    store.gate_keys = {"c/1/0"}
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        state.truncate(16 * ROW)
+        async with trio.open_nursery() as nursery:
+            await in_background(nursery, lambda: wb.flush_metadata(state), errors)
+            await trio.to_thread.run_sync(store.scanning.wait, 10)  # listing, held
+            await state.write(16 * ROW, np.full((32, SHAPE[1]), 9, "<i4").tobytes())
+            await in_background(
+                nursery, lambda: wb._gather([(state, i) for i in state.dirty]), errors
+            )
+            await until(store)  # the batch holds shard (1, 0)
+            state.truncate(16 * ROW)  # the same size again: the rows go
+            state.truncate(48 * ROW)  # and grow back: they must read as fill
+            store.scan_gate.set()  # the flush lists without the batch's shard
+            await trio.sleep(0.2)
+            store.release()
+        got = np.frombuffer(await state.read(16 * ROW, 32 * ROW), "<i4")
+        assert np.all(got == -1), "rows a truncate removed came back"
+        state.truncate(SHAPE[0] * ROW)
+        await wb.flush_array(state)
+        got = np.frombuffer(await state.read(16 * ROW, 48 * ROW), "<i4")
+        assert np.all(got == -1), "rows a truncate removed came back"
+
+    trio.run(main)
+    assert internal(errors) == []
+    assert np.all(oracle(tmp_path)[16:] == -1)

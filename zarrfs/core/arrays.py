@@ -68,6 +68,9 @@ class ArrayState(ArrayReads, StaleUnits):
         self.low_rows = self.stored_rows  # smallest shape[0] since the last flush
         self.high_rows = self.stored_rows  # largest shape[0] since the last flush
         self.rewritten: set[Index] = set()  # stale chunks written again since the shrink
+        # Shrinks so far: a resize's flush settles the marks only if none came since
+        # it took them (a second shrink to the same size leaves low_rows unchanged).
+        self.shrinks = 0
         self.npy_header_pending: bytearray | None = None  # array.npy after O_TRUNC
         self._prefetched_to = 0  # read-ahead has asked for every chunk up to this byte
         self._released_to = 0  # chunks before this one were offered back (use-once)
@@ -436,6 +439,7 @@ class ArrayState(ArrayReads, StaleUnits):
                 self._drop_dirty(index)
             self.rewritten = {i for i in self.rewritten if i[0] * c0 < rows}
             self.low_rows = min(self.low_rows, rows)
+            self.shrinks += 1
         self.high_rows = max(self.high_rows, rows)
         self.meta = meta.resized(rows)
         if boundary % c0:

@@ -25,6 +25,7 @@ class StaleUnits:
     low_rows: int
     high_rows: int
     rewritten: set[Index]
+    shrinks: int
 
     def is_stale(self, index: Index) -> bool:
         raise NotImplementedError
@@ -97,14 +98,18 @@ class StaleUnits:
             if self.is_stale(index) or index[0] * self.meta.chunks[0] >= self.meta.shape[0]
         }
 
-    def mark_stored(self, rows: int, low_rows: int, high_rows: int) -> None:
+    def mark_stored(self, rows: int, low_rows: int, high_rows: int, shrinks: int) -> None:
         """The store now holds ``shape[0] == rows``; stale chunks up to then are gone.
 
-        A shrink or grow that happened while the flush ran keeps its own marks.
+        The marks are those the flush took (``low_rows``, ``high_rows``, and the
+        count of ``shrinks`` then): a shrink that happened while the flush ran
+        keeps every mark, for the next flush, and so does a grow its own.
         """
         if not self.meta.shape:
             return
         self.stored_rows = rows
+        if self.shrinks != shrinks:
+            return
         if self.low_rows == low_rows:
             self.low_rows = self.meta.shape[0]
             self.rewritten.clear()

@@ -341,14 +341,14 @@ class WriteBack:
             self._meta_lock = trio.Lock()
         async with self._meta_lock:
             self._resized.pop(id(state), None)
-            low, high = state.low_rows, state.high_rows
+            marks = state.low_rows, state.high_rows, state.shrinks
             stale: list[Index] = []
             if state.stale_range() is not None:
                 await self._settle(state)
                 stored = await self.io_pool.run(stored_units, self.store, state.meta)
                 stale = await self._claim_stale(state, stored)
             try:
-                await self._store_resize(state, stale, low, high)
+                await self._store_resize(state, stale, marks)
             finally:
                 for unit in stale:
                     state.chunks.release(unit)
@@ -385,12 +385,12 @@ class WriteBack:
             candidates = stale
 
     async def _store_resize(
-        self, state: ArrayState, stale: list[Index], low: int, high: int
+        self, state: ArrayState, stale: list[Index], marks: tuple[int, int, int]
     ) -> None:
         meta = state.meta
         rows = meta.shape[0] if meta.shape else 0
         if not state.metadata_changed and not stale:
-            state.mark_stored(rows, low, high)
+            state.mark_stored(rows, *marks)
             if state.tail:
                 self.resized(state)
             return
@@ -418,7 +418,7 @@ class WriteBack:
         state.documents[name] = document
         if consolidated is not None and self.root_documents is not None:
             self.root_documents[consolidated[0]] = consolidated[1]
-        state.mark_stored(rows, low, high)
+        state.mark_stored(rows, *marks)
 
     async def store_array(self, state: ArrayState) -> None:
         """Every chunk and the shape of one array into the store; a pending partial
