@@ -441,3 +441,27 @@ def test_a_second_shrink_to_the_same_size_during_a_resize_flush_keeps_its_marks(
     trio.run(main)
     assert internal(errors) == []
     assert np.all(oracle(tmp_path)[16:] == -1)
+
+
+def test_a_shrink_between_taking_a_shard_and_storing_it(tmp_path: Path) -> None:
+    """A batch takes a shard, and the array shrinks past it before the task that
+    stores it has started: the shard is stored as the array was when it was
+    taken (the resize's flush deletes it), never staged against the new grid."""
+    data = sharded(tmp_path)
+    state, _, wb = open_state(tmp_path, sharded_array=True)
+    real_hand_over = wb._hand_over
+
+    def hand_over_then_shrink(state: ArrayState, unit: Any, members: Any) -> None:
+        real_hand_over(state, unit, members)
+        if unit == (1, 0):
+            state.truncate(8 * ROW)
+
+    wb._hand_over = hand_over_then_shrink  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await state.write(32 * ROW, np.full((32, SHAPE[1]), 4, "<i4").tobytes())
+        await wb._gather([(state, i) for i in state.dirty])
+        await wb.flush_array(state)
+
+    trio.run(main)
+    assert np.array_equal(oracle(tmp_path), data[:8])

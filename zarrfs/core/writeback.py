@@ -42,7 +42,7 @@ from zarrfs.errors import (
     ZarrfsError,
 )
 from zarrfs.formats.layout import Index
-from zarrfs.formats.model import join_key
+from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.formats.resize import resized_documents
 from zarrfs.stores.base import Store
 
@@ -157,11 +157,19 @@ class WriteBack:
             self.cache.begin_replace(state.meta, unit)
 
     async def _flush_unit(
-        self, state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: Batch
+        self,
+        state: ArrayState,
+        meta: ArrayMeta,
+        unit: Index,
+        members: dict[Index, Dirty],
+        batch: Batch,
     ) -> None:
-        """Store one unit (a chunk, or a shard) the batch holds when it commits."""
+        """Store one unit (a chunk, or a shard) the batch holds when it commits.
+
+        ``meta`` is the array as it was when the unit was taken: a task starts
+        after the step that took it, and a shrink in between may have left the
+        unit outside the array as it is now."""
         arrived = False
-        meta = state.meta
         stored_index: object = _UNKNOWN
         try:
             data = {index: dirty.data for index, dirty in members.items()}
@@ -260,10 +268,14 @@ class WriteBack:
                 await state.materialise(index)
 
         async def one(
-            state: ArrayState, unit: Index, members: dict[Index, Dirty], batch: Batch
+            state: ArrayState,
+            meta: ArrayMeta,
+            unit: Index,
+            members: dict[Index, Dirty],
+            batch: Batch,
         ) -> None:
             try:
-                await self._flush_unit(state, unit, members, batch)
+                await self._flush_unit(state, meta, unit, members, batch)
             except ZarrfsError as e:
                 errors.append(e)
 
@@ -296,8 +308,9 @@ class WriteBack:
                         # left wholly beyond the end is the next resize's deletion.
                         batch.arrive()
                         continue
+                    taken = state.meta  # as the members were taken, before any shrink
                     self._hand_over(state, unit, members)
-                    nursery.start_soon(one, state, unit, members, batch)
+                    nursery.start_soon(one, state, taken, unit, members, batch)
                 await batch.ready.wait()
                 try:
                     async with self._commit_lock:
