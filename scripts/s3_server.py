@@ -433,6 +433,14 @@ class Connection:
             body = self._small_body()
             self._send(200, faults.control(body) if self.method == "POST" else faults.report())
             return
+        if faults is not None and faults.take("echo_error", target):
+            # An error page quoting the request, as some servers and proxies send.
+            self.close = self.close or self.method in ("PUT", "POST")  # its body unread
+            if not self.close:
+                self._body()
+            quoted = "".join(f"{n}: {v}\n" for n, v in self.headers.items())
+            self._error(400, "InvalidRequest", f"the request was:\n{quoted}")
+            return
         if self.method == "PUT":
             self._object_request(target, self._put)
             return
@@ -441,11 +449,6 @@ class Connection:
             return
         if not self._body():
             self.close = True
-        if faults is not None and faults.take("echo_error", target):
-            # An error page quoting the request, as some servers and proxies send.
-            quoted = "".join(f"{n}: {v}\n" for n, v in self.headers.items())
-            self._error(400, "InvalidRequest", f"the request was:\n{quoted}")
-            return
         if self.method in ("GET", "HEAD"):
             self._read(target)
         elif self.method == "DELETE":
