@@ -25,7 +25,7 @@ from tests.test_s3_conditional import put_file
 from zarrfs.stores import s3_lease
 
 if TYPE_CHECKING:
-    from tests.servers import LoopbackS3
+    from tests.servers import Bucket, LoopbackS3
 
 pytest_plugins = ("tests.servers",)
 pytestmark = pytest.mark.mount
@@ -81,6 +81,40 @@ def test_a_read_only_mount_takes_no_lease(loopback_s3: LoopbackS3) -> None:
     foreign_lease(loopback_s3, ttl=600)
     with mounted(url, "--read-only") as m:
         assert (m.path / "plain" / "array.raw").read_bytes() == PLAIN.tobytes()
+
+
+def test_a_mount_that_may_not_write_reads_and_refuses_writes(
+    s3_bucket: Bucket, tmp_path: Path
+) -> None:
+    """Credentials that may read but not write (here a bucket policy; a public
+    bucket read with --anonymous alike): the lease cannot be written, the mount
+    comes up saying so in one line, and every write fails with EACCES."""
+    local = tmp_path / "local"
+    zarr.open_group(str(local), mode="w").create_array("plain", data=PLAIN, chunks=(4, 4))
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            s3_bucket.put(f"s.zarr/{path.relative_to(local)}", path.read_bytes())
+    deny = {
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:PutObject",
+        "Resource": f"arn:aws:s3:::{s3_bucket.name}/s.zarr/*",
+    }
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [deny]})
+    s3_bucket.client.put_bucket_policy(Bucket=s3_bucket.name, Policy=policy)
+    with mounted(f"s3://{s3_bucket.name}/s.zarr") as m:
+        raw = m.path / "plain" / "array.raw"
+        assert raw.read_bytes() == PLAIN.tobytes()
+        fd = os.open(raw, os.O_RDWR)
+        try:
+            os.pwrite(fd, np.zeros(4, "<f4").tobytes(), 0)
+            with pytest.raises(OSError) as info:
+                os.fsync(fd)
+            assert info.value.errno == errno.EACCES
+        finally:
+            with pytest.raises(OSError):
+                os.close(fd)
+    assert "this mount cannot write" in m.log() and "access denied" in m.log()
 
 
 def test_a_lease_of_another_machine_is_taken_over_once_expired(

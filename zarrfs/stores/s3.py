@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -50,6 +51,8 @@ from zarrfs.stores.s3_lease import (
     parse_lease,
 )
 from zarrfs.stores.s3_versions import DELETED, UNKNOWN, Doubt, Versions, digest_of, plain_etag
+
+log = logging.getLogger(__name__)
 
 # Kept importable from here: the retry policy and client limits (s3_config.py).
 RETRY = config.RETRY
@@ -103,6 +106,7 @@ class S3Store(Store):
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
         self._local: LocalLock | None = None
         self._lease: WriterLease | None = None
+        self._denied = False  # the lease could not be written: no write can be
 
     def describe(self) -> str:
         return self._url
@@ -288,7 +292,7 @@ class S3Store(Store):
         """A single PUT (no multipart upload: an interrupted one would leave parts
         behind; obstore joins a list of parts itself, outside the GIL), conditional
         on the version last seen. A 412 is resolved by ``_resolve``."""
-        self._check_lease()
+        self._check_lease(key)
         with self._stripes[hash(path) % _STRIPES]:
             for _ in range(_RESOLUTIONS):
                 expected = self._versions.expected(path)
@@ -379,7 +383,7 @@ class S3Store(Store):
         """S3 answers a DELETE of a missing key with success too. Unconditional:
         obstore sends no If-Match with a DELETE (docs/semantics.md, S3)."""
         path = _value_path(key)
-        self._check_lease()
+        self._check_lease(key)
         with self._stripes[hash(path) % _STRIPES]:
             self._versions.begin(path)
             done = False
@@ -403,6 +407,15 @@ class S3Store(Store):
         try:
             lease = WriterLease(self._lease_io(), self._where(LEASE_KEY), self._url, local.digest)
             lease.acquire()
+        except StoreError as e:
+            local.close()
+            if e.errno != errno.EACCES:
+                raise
+            # Credentials that may not write here (a public bucket read anonymously, a
+            # read-only policy): the mount reads, and refuses every write, as S3 would.
+            self._denied = True
+            log.warning("%s: this mount cannot write (%s): writes fail with EACCES", self._url, e)
+            return
         except BaseException:
             local.close()
             raise
@@ -417,7 +430,13 @@ class S3Store(Store):
         if local is not None:
             local.close()
 
-    def _check_lease(self) -> None:
+    def _check_lease(self, key: str) -> None:
+        if self._denied:
+            where = self._where(key)
+            raise StoreError(
+                f"writing {where}: access denied (this mount could not write its lease)",
+                errno.EACCES,
+            )
         if self._lease is not None:
             self._lease.check()
 
