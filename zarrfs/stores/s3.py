@@ -28,7 +28,6 @@ import hashlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -40,16 +39,7 @@ from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import s3_config as config
 from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
 from zarrfs.stores.s3_errors import code_of, failure, no_bucket, statuses_of
-from zarrfs.stores.s3_lease import (
-    LEASE_KEY,
-    LEASE_LIMIT,
-    Conflict,
-    LeaseIO,
-    LeaseObject,
-    LocalLock,
-    WriterLease,
-    parse_lease,
-)
+from zarrfs.stores.s3_lease import LEASE_KEY, LeaseIO, LocalLock, WriterLease, lease_io
 from zarrfs.stores.s3_versions import DELETED, UNKNOWN, Doubt, Versions, digest_of, plain_etag
 
 log = logging.getLogger(__name__)
@@ -441,42 +431,11 @@ class S3Store(Store):
             self._lease.check()
 
     def _lease_io(self) -> LeaseIO:
-        def put(body: bytes, mode: Any) -> str:
-            stored = self._call(
-                "writing",
-                LEASE_KEY,
-                obstore.put,
-                self._bucket,
-                LEASE_KEY,
-                body,
-                mode=mode,
-                use_multipart=False,
-                conditional=True,
-            )
-            if stored is _CONFLICT:
-                raise Conflict
-            return str(stored.get("e_tag") or "")
+        def call(action: str, function: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+            found = self._call(action, LEASE_KEY, function, self._bucket, *args, **kw)
+            return None if found is _MISSING or found is _CONFLICT else found
 
-        def get() -> LeaseObject | None:
-            found = self._call("reading", LEASE_KEY, obstore.get, self._bucket, LEASE_KEY)
-            if found is _MISSING:
-                return None
-            meta = found.meta
-            data = b""
-            if meta["size"] <= LEASE_LIMIT:  # a larger body is dropped unread
-                data = self._call("reading", LEASE_KEY, found.bytes)
-            del found
-            age = time.time() - meta["last_modified"].timestamp()
-            return LeaseObject(parse_lease(bytes(data)), meta["e_tag"], age)
-
-        def head() -> str | None:
-            meta = self._call("reading", LEASE_KEY, obstore.head, self._bucket, LEASE_KEY)
-            return None if meta is _MISSING else meta["e_tag"]
-
-        def delete() -> None:
-            self._call("deleting", LEASE_KEY, obstore.delete, self._bucket, LEASE_KEY)
-
-        return LeaseIO(put, get, head, delete)
+        return lease_io(call)
 
     # -- errors ------------------------------------------------------------------------
 

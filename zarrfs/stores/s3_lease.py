@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import obstore
+
 from zarrfs.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,37 @@ class LeaseIO:
     get: Callable[[], LeaseObject | None]
     head: Callable[[], str | None]  # the current ETag
     delete: Callable[[], None]
+
+
+def lease_io(call: Callable[..., Any]) -> LeaseIO:
+    """The lease's requests through ``call(action, obstore function, *args, **kw)``:
+    the store's error handling, None for a missing object or a failed condition."""
+
+    def put(body: bytes, mode: Any) -> str:
+        kw = {"mode": mode, "use_multipart": False, "conditional": True}
+        stored = call("writing", obstore.put, LEASE_KEY, body, **kw)
+        if stored is None:
+            raise Conflict
+        return str(stored.get("e_tag") or "")
+
+    def get() -> LeaseObject | None:
+        found = call("reading", obstore.get, LEASE_KEY)
+        if found is None:
+            return None
+        meta, data = found.meta, b""
+        if meta["size"] <= LEASE_LIMIT:  # a larger body is dropped unread
+            data = bytes(call("reading", lambda _: found.bytes()) or b"")
+        age = time.time() - meta["last_modified"].timestamp()
+        return LeaseObject(parse_lease(data), meta["e_tag"], age)
+
+    def head() -> str | None:
+        meta = call("reading", obstore.head, LEASE_KEY)
+        return None if meta is None else str(meta["e_tag"])
+
+    def delete() -> None:
+        call("deleting", obstore.delete, LEASE_KEY)
+
+    return LeaseIO(put, get, head, delete)
 
 
 def _machine() -> dict[str, Any]:
