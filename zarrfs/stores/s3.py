@@ -345,7 +345,8 @@ class S3Store(Store):
         if not any(d.size == meta["size"] for d in values):
             return False
         # An ETag that is no MD5 (SSE-KMS, other servers): the bytes decide.
-        data = self._call("writing", key, _get_version, self._bucket, path, meta["e_tag"])
+        wanted = (self._bucket, path, meta["e_tag"], max(d.size for d in values))
+        data = self._call("writing", key, _get_version, *wanted)
         if not isinstance(data, bytes):
             return False
         digest = hashlib.md5(data, usedforsecurity=False).digest()
@@ -491,8 +492,10 @@ def _ranged_get(bucket: _Bucket, path: str, bounds: Any) -> tuple[bytes, Any]:
     return bytes(result.bytes()), result.meta
 
 
-def _get_version(bucket: _Bucket, path: str, etag: str) -> bytes:
-    return bytes(obstore.get(bucket, path, options={"if_match": etag}).bytes())
+def _get_version(bucket: _Bucket, path: str, etag: str, limit: int) -> bytes | None:
+    """Version ``etag`` of an object, if it is no larger than ``limit``."""
+    result = obstore.get(bucket, path, options={"if_match": etag})
+    return bytes(result.bytes()) if result.meta["size"] <= limit else None
 
 
 _path = config.path_of

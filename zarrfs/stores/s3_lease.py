@@ -351,6 +351,7 @@ class WriterLease:
             if self.lost is not None or self._etag is None:
                 return
             etag, self._etag = self._etag, None
+            self.lost = f"the writer lease {self._where} was released: the mount is ending"
             try:
                 # S3 deletes unconditionally: compared first, so that a lease taken
                 # over in the meantime is not removed (bar a request in between).
