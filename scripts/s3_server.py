@@ -13,11 +13,12 @@ measures the clients instead. It answers:
 - PUT /BUCKET/KEY (a Content-Length body, no multipart upload), with S3's
   conditional writes: ``If-None-Match: *`` (412 PreconditionFailed where the key
   exists) and ``If-Match: ETAG`` (412 for another version, 404 NoSuchKey for
-  none), checked and applied atomically; DELETE /BUCKET/KEY (204, missing or not);
+  none), checked and applied atomically; DELETE /BUCKET/KEY (204, missing or not)
+  and DeleteObjects (POST /BUCKET?delete, as obstore deletes);
 - GET /BUCKET?list-type=2 (ListObjectsV2: prefix, delimiter, max-keys (at most
   1000), continuation-token, start-after, encoding-type=url), in S3's XML, with
   CommonPrefixes, KeyCount, IsTruncated and NextContinuationToken; HEAD /BUCKET;
-- anything else (POST, other buckets' or sub-resource requests): 501
+- anything else (other POSTs, other buckets' or sub-resource requests): 501
   NotImplemented, or 404 NoSuchBucket / NoSuchKey;
 - with ``--faults``, the fault injection of scripts/s3_faults.py (tests).
 

@@ -21,6 +21,8 @@ from zarr.codecs import BytesCodec, GzipCodec
 
 from tests.mounting import mounted
 from tests.test_cli import assert_one_error_line, run_cli
+from zarrfs.errors import StoreError
+from zarrfs.stores.s3 import S3Store
 
 if TYPE_CHECKING:
     from tests.servers import LoopbackS3
@@ -194,6 +196,25 @@ def test_a_body_cut_short_is_eio(loopback_s3: LoopbackS3) -> None:
         assert info.value.errno == errno.EIO
         loopback_s3.faults(clear=True)
         assert read_raw(raw) == PLAIN.tobytes()
+
+
+def test_obstore_checks_the_content_length(loopback_s3: LoopbackS3) -> None:
+    """A body cut short is never taken for fewer bytes: a whole value is an error
+    of the request (retried, then a StoreError); a range is resumed by obstore, a
+    request for the rest, and comes back whole."""
+    value = bytes(range(256)) * 40
+    (loopback_s3.root / "p").mkdir()
+    (loopback_s3.root / "p" / "k").write_bytes(value)
+    store = S3Store(loopback_s3.url("p"))
+    loopback_s3.faults(get_truncate={"match": "p/k", "after": 1000})
+    for call in (lambda: store.get("k"), lambda: store.get_ranges("k", [(0, 10), (9000, 10)])):
+        with pytest.raises(StoreError) as caught:
+            call()
+        assert caught.value.errno == errno.EIO
+    assert store.get_range("k", 100, 5000) == value[100:5100]
+    assert store.get_range("k", -5000, 5000) == value[-5000:]
+    loopback_s3.faults(clear=True)
+    assert store.get("k") == value
 
 
 def test_a_corrupted_chunk_with_a_checksum_is_eio(loopback_s3: LoopbackS3) -> None:
