@@ -1,4 +1,4 @@
-"""A small, fast, read-only S3-compatible server for benchmarks: one local directory
+"""A small, fast S3-compatible server for benchmarks and tests: one local directory
 served as one bucket on 127.0.0.1, path-style (http://127.0.0.1:PORT/BUCKET/KEY).
 
 moto serves one request at a time (a lock in its dispatcher) and bounds any client
@@ -8,18 +8,28 @@ measures the clients instead. It answers:
 - GET /BUCKET/KEY, with a single Range (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``):
   200, or 206 with Content-Range, or 416 InvalidRange for a range that starts at or
   past the end (as S3 and moto do: several ranges, or a range that cannot be parsed,
-  get the whole object with 200); HEAD alike, without the body;
+  get the whole object with 200); HEAD alike, without the body; If-Match on a GET
+  (412 for another version);
+- PUT /BUCKET/KEY (a Content-Length body, no multipart upload), with S3's
+  conditional writes: ``If-None-Match: *`` (412 PreconditionFailed where the key
+  exists) and ``If-Match: ETAG`` (412 for another version, 404 NoSuchKey for
+  none), checked and applied atomically; DELETE /BUCKET/KEY (204, missing or not)
+  and DeleteObjects (POST /BUCKET?delete, as obstore deletes);
 - GET /BUCKET?list-type=2 (ListObjectsV2: prefix, delimiter, max-keys (at most
   1000), continuation-token, start-after, encoding-type=url), in S3's XML, with
   CommonPrefixes, KeyCount, IsTruncated and NextContinuationToken; HEAD /BUCKET;
-- anything else (PUT, POST, DELETE, other buckets' or sub-resource requests): 501
-  NotImplemented, or 404 NoSuchBucket / NoSuchKey.
+- anything else (other POSTs, other buckets' or sub-resource requests): 501
+  NotImplemented, or 404 NoSuchBucket / NoSuchKey;
+- with ``--faults``, the fault injection of scripts/s3_faults.py (tests).
 
 Keys are file paths relative to the directory ("a/b/c" is DIR/a/b/c); directories
 are no objects, only prefixes; "." and ".." components, symbolic links to files, and
-directories that resolve out of the directory are refused (and not listed).
-Signatures (SigV4 or none) are not checked, as moto does not by default. ETag is a
-digest of the file's size, mtime and inode, not of its bytes.
+directories that resolve out of the directory are refused (and not listed). A PUT
+writes a file beside the others (in DIR/.s3_server-uploads, never listed) and renames
+it into place, so a reader sees the old object or the new one; a key cannot be both
+an object and a prefix here (400). Signatures (SigV4 or none) are not checked, as
+moto does not by default. ETag is a digest of the file's size, mtime and inode, not
+of its bytes; a PUT gives each file it writes an mtime of its own (so a new ETag).
 
 Design: the parent binds one listening socket and forks ``--workers`` processes
 (default: one per CPU); each accepts from it (the kernel hands each connection to
@@ -29,7 +39,7 @@ prints the endpoint URL on stdout once the socket listens, then waits; SIGTERM o
 SIGINT to it (or to the process group) ends every worker. A worker whose parent
 dies gets SIGKILL (prctl PR_SET_PDEATHSIG).
 
-    python scripts/s3_server.py DIR [--bucket NAME] [--port 0] [--workers N]
+    python scripts/s3_server.py DIR [--bucket NAME] [--port 0] [--workers N] [--faults]
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import contextlib
 import ctypes
 import email.utils
 import errno
+import fcntl
 import functools
 import hashlib
 import os
@@ -47,17 +58,23 @@ import signal
 import socket
 import stat
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote
+from xml.etree import ElementTree
 from xml.sax.saxutils import escape
+
+from s3_faults import Faults
 
 XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_KEYS = 1000
 DISCARD_LIMIT = 1 << 20  # request bodies up to this are read and dropped, larger ones close
 SENDFILE_CHUNK = 1 << 30
+PUT_LIMIT = 5 << 30  # S3's limit of a single PUT
+STAGING = ".s3_server-uploads"  # in the directory: PUT bodies before their rename
 
 
 class Bucket:
@@ -75,7 +92,7 @@ def _file(bucket: Bucket, key: str) -> str | None:
     """The path of object ``key`` in the directory, or None where the key cannot be
     one (an empty, "." or ".." component, or a directory that resolves out of it)."""
     parts = key.split("/")
-    if "" in parts or "." in parts or ".." in parts or "\0" in key:
+    if "" in parts or "." in parts or ".." in parts or "\0" in key or parts[0] == STAGING:
         return None
     directory = _directory(str(bucket.root), tuple(parts[:-1]))
     return None if directory is None else os.path.join(directory, parts[-1])
@@ -92,6 +109,37 @@ def _directory(root: str, parts: tuple[str, ...]) -> str | None:
 def etag(st: os.stat_result) -> str:
     digest = hashlib.md5(f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}".encode()).hexdigest()
     return f'"{digest}"'
+
+
+_last_mtime = [0]
+
+
+def _unique_mtime() -> tuple[int, int]:
+    """(atime, mtime) in ns for a file a PUT writes: never one given before, so that
+    its ETag differs from every earlier object's even where an inode is reused."""
+    _last_mtime[0] = max(time.time_ns(), _last_mtime[0] + 1000)
+    return _last_mtime[0], _last_mtime[0]
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+@contextlib.contextmanager
+def _bucket_lock(bucket: Bucket) -> Any:
+    """Conditions are checked and writes applied one at a time, across the workers."""
+    staging = bucket.root / STAGING
+    staging.mkdir(exist_ok=True)
+    fd = os.open(staging / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def http_date(seconds: float) -> str:
@@ -197,7 +245,7 @@ def list_entries(
     try:
         with os.scandir(directory) as listed:
             for entry in listed:
-                if not entry.name.startswith(name_start):
+                if not entry.name.startswith(name_start) or (not base and entry.name == STAGING):
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     below = base + entry.name + "/"
@@ -296,13 +344,19 @@ def list_objects_v2(bucket: Bucket, query: dict[str, str]) -> bytes:
 
 HEAD_LIMIT = 64 << 10  # a request head longer than this is refused (431), the connection closed
 REASONS = {
+    100: "Continue",
     200: "OK",
+    204: "No Content",
     206: "Partial Content",
     400: "Bad Request",
     404: "Not Found",
+    411: "Length Required",
+    412: "Precondition Failed",
     416: "Range Not Satisfiable",
     431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
     501: "Not Implemented",
+    503: "Service Unavailable",
 }
 SERVER = "zarrfs-bench-s3"
 
@@ -326,6 +380,7 @@ class Connection:
     (HTTP/1.1 keep-alive) until the client closes it or asks to."""
 
     bucket: Bucket  # set on the class by serve()
+    faults: Faults | None = None  # with --faults
     requests = 0  # of this process, for the request ids
 
     def __init__(self, sock: socket.socket) -> None:
@@ -373,13 +428,47 @@ class Connection:
         self.method, target, version = request
         connection = self.headers.get("connection", "").lower()
         self.close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
+        Connection.requests += 1
+        faults = self.faults
+        if faults is not None and target.split("?")[0] == "/_faults":
+            body = self._small_body()
+            self._send(200, faults.control(body) if self.method == "POST" else faults.report())
+            return
+        if faults is not None and faults.take("echo_error", target):
+            # An error page quoting the request, as some servers and proxies send.
+            self.close = self.close or self.method in ("PUT", "POST")  # its body unread
+            if not self.close:
+                self._body()
+            quoted = "".join(f"{n}: {v}\n" for n, v in self.headers.items())
+            self._error(400, "InvalidRequest", f"the request was:\n{quoted}")
+            return
+        if self.method == "PUT":
+            self._object_request(target, self._put)
+            return
+        if self.method == "POST" and target.endswith(("?delete", "?delete=")):
+            self._delete_objects(target, self._small_body())
+            return
         if not self._body():
             self.close = True
-        Connection.requests += 1
         if self.method in ("GET", "HEAD"):
             self._read(target)
+        elif self.method == "DELETE":
+            self._object_request(target, self._delete)
         else:
-            self._error(501, "NotImplemented", f"{self.method} is not served here (read-only)")
+            self._error(501, "NotImplemented", f"{self.method} is not served here")
+
+    def _small_body(self) -> bytes:
+        try:
+            size = min(max(int(self.headers.get("content-length", "0")), 0), DISCARD_LIMIT)
+        except ValueError:
+            size = 0
+        while len(self.buffer) < size:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                break
+            self.buffer += data
+        body, self.buffer = self.buffer[:size], self.buffer[size:]
+        return body
 
     def _body(self) -> bool:
         """Reads and drops a small request body; False where the connection cannot go
@@ -435,13 +524,33 @@ class Connection:
         )
         self._send(status, body.encode("utf-8", "surrogateescape"))
 
-    def _read(self, target: str) -> None:
+    @staticmethod
+    def _target(target: str) -> tuple[str, str, dict[str, str]]:
+        """(bucket name, key, query) of a request target."""
         path, _, query_text = target.partition("?")
         if path.startswith(("http://", "https://")):  # an absolute-form target
             path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
         path = unquote(path, errors="surrogateescape")
         query = {k: v[-1] for k, v in parse_qs(query_text, keep_blank_values=True).items()}
         name, _, key = path.lstrip("/").partition("/")
+        return name, key, query
+
+    def _object_request(self, target: str, handler: Any) -> None:
+        """A PUT or DELETE of one object: ``handler(key, path)``."""
+        name, key, query = self._target(target)
+        if name != self.bucket.name:
+            self.close = self.close or self.method == "PUT"  # its body is not read
+            self._error(404, "NoSuchBucket", "The specified bucket does not exist", BucketName=name)
+            return
+        path = _file(self.bucket, key) if key else None
+        if set(query) - {"x-id"} or path is None:
+            self.close = self.close or self.method == "PUT"
+            self._error(501 if key else 400, "NotImplemented", "not an object this server writes")
+            return
+        handler(key, path)
+
+    def _read(self, target: str) -> None:
+        name, key, query = self._target(target)
         if not name:
             self._list_buckets()
             return
@@ -461,6 +570,148 @@ class Connection:
             self._error(501, "NotImplemented", "object sub-resources are not served")
             return
         self._object(key)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _put(self, key: str, path: str) -> None:
+        faults = self.faults
+        if "transfer-encoding" in self.headers or "aws-chunked" in self.headers.get(
+            "content-encoding", ""
+        ):
+            self.close = True
+            self._error(501, "NotImplemented", "chunked uploads are not served")
+            return
+        try:
+            size = int(self.headers["content-length"])
+        except (KeyError, ValueError):
+            self.close = True
+            self._error(411, "MissingContentLength", "a PUT needs a Content-Length")
+            return
+        if not 0 <= size <= PUT_LIMIT:
+            self.close = True
+            self._error(400, "EntityTooLarge", "at most 5 GiB in one PUT")
+            return
+        if self.headers.get("expect", "").lower() == "100-continue":
+            self.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        staged = self._receive(size)
+        if staged is None:
+            self.close = True
+            return
+        try:
+            if faults is not None:
+                faults.count("puts")
+                failure = faults.take("put_error", key)
+                if failure is not None:
+                    status = int(failure.get("status", 503))
+                    self._error(status, str(failure.get("code", "SlowDown")), "injected")
+                    return
+                if faults.take("hold_put", key) is not None:
+                    faults.count("held")
+                    faults.wait_release()
+                    status, headers = self._apply(key, path, staged)
+                    faults.count("late_outcomes", status)
+                    with contextlib.suppress(OSError):  # the client has long given up
+                        self._answer_write(key, status, headers)
+                    return
+            status, headers = self._apply(key, path, staged)
+            self._answer_write(key, status, headers)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+
+    def _receive(self, size: int) -> str | None:
+        """The request body in a new file of the staging directory (its path), or None
+        where the client went away first."""
+        staging = self.bucket.root / STAGING
+        staging.mkdir(exist_ok=True)
+        fd, staged = tempfile.mkstemp(dir=staging)
+        with os.fdopen(fd, "wb") as out:
+            taken = self.buffer[:size]
+            self.buffer = self.buffer[size:]
+            out.write(taken)
+            left = size - len(taken)
+            while left > 0:
+                data = self.sock.recv(min(left, 1 << 20))
+                if not data:
+                    os.unlink(staged)
+                    return None
+                out.write(data)
+                left -= len(data)
+        return staged
+
+    def _apply(self, key: str, path: str, staged: str) -> tuple[int, list[str]]:
+        """The staged body put in place if the request's preconditions hold, all under
+        the bucket's lock; (status, headers)."""
+        with _bucket_lock(self.bucket):
+            current = _stat(path)
+            match = self.headers.get("if-match")
+            if self.headers.get("if-none-match", "").strip() == "*" and current is not None:
+                return 412, ["If-None-Match"]
+            if match is not None:
+                if current is None:
+                    return 404, []
+                if match.strip() not in ("*", etag(current)):
+                    return 412, ["If-Match"]
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                if os.path.isdir(path):
+                    raise IsADirectoryError(path)
+                os.utime(staged, ns=_unique_mtime())
+                os.replace(staged, path)
+            except OSError:
+                return 400, []
+            return 200, [f"ETag: {etag(os.stat(path))}"]
+
+    def _answer_write(self, key: str, status: int, headers: list[str]) -> None:
+        if status == 200:
+            self._headers(200, [*headers, "Content-Length: 0"], False)
+        elif status == 412:
+            message = "At least one of the pre-conditions you specified did not hold"
+            self._error(412, "PreconditionFailed", message, Condition=headers[0])
+        elif status == 404:
+            self._error(404, "NoSuchKey", "The specified key does not exist.", Key=key)
+        else:
+            self._error(400, "InvalidArgument", "the key collides with a prefix or an object")
+
+    def _delete_objects(self, target: str, body: bytes) -> None:
+        """DeleteObjects (POST /BUCKET?delete), as obstore deletes even one key."""
+        name, _, _ = self._target(target)
+        if name != self.bucket.name:
+            self._error(404, "NoSuchBucket", "The specified bucket does not exist", BucketName=name)
+            return
+        try:
+            keys = [k.text or "" for k in ElementTree.fromstring(body).iter(f"{{{XMLNS}}}Key")]
+            keys += [k.text or "" for k in ElementTree.fromstring(body).iter("Key")]
+        except ElementTree.ParseError:
+            self._error(400, "MalformedXML", "not a Delete document")
+            return
+        out = ['<?xml version="1.0" encoding="UTF-8"?>\n', f'<DeleteResult xmlns="{XMLNS}">']
+        for key in keys:
+            path = _file(self.bucket, key)
+            if path is not None:
+                self._unlink(path)
+            out.append(f"<Deleted><Key>{escape(key)}</Key></Deleted>")
+        out.append("</DeleteResult>")
+        self._send(200, "".join(out).encode("utf-8", "surrogateescape"))
+
+    def _delete(self, key: str, path: str) -> None:
+        self._unlink(path)
+        self._headers(204, [], False)
+
+    def _unlink(self, path: str) -> None:
+        if self.faults is not None:
+            self.faults.count("deletes")
+        with _bucket_lock(self.bucket):
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(path)
+            # S3 has no empty prefixes: the directories left empty go too.
+            directory = os.path.dirname(path)
+            while directory != str(self.bucket.root):
+                try:
+                    os.rmdir(directory)
+                except OSError:
+                    break
+                directory = os.path.dirname(directory)
 
     def _list_buckets(self) -> None:
         created = iso_date(self.bucket.root.stat().st_mtime)
@@ -500,6 +751,11 @@ class Connection:
                     ActualObjectSize=str(size),
                 )
                 return
+            wanted = self.headers.get("if-match")
+            if wanted is not None and wanted.strip() not in ("*", etag(st)):
+                message = "At least one of the pre-conditions you specified did not hold"
+                self._error(412, "PreconditionFailed", message, Condition="If-Match")
+                return
             first, last = (0, size - 1) if span is None else span
             count = last - first + 1
             headers = [
@@ -512,12 +768,45 @@ class Connection:
             if span is not None:
                 headers.append(f"Content-Range: bytes {first}-{last}/{size}")
             body = self.method == "GET" and count > 0
+            faults = self.faults if body else None
+            if faults is not None:
+                faults.count("gets")
+                if faults.take("get_stall", key) is not None:
+                    faults.count("stalled")
+                    faults.wait_release()
             self._headers(206 if span is not None else 200, headers, body)
-            if body:
+            if faults is not None:
+                self._faulty_body(faults, key, fd, first, count)
+            elif body:
                 self._sendfile(fd, first, count)
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def _faulty_body(self, faults: Faults, key: str, fd: int, offset: int, count: int) -> None:
+        """A GET's body as the faults set say: trickled, cut short, or corrupted."""
+        trickle = faults.take("get_trickle", key)
+        cut = faults.take("get_truncate", key)
+        corrupt = faults.take("get_corrupt", key)
+        if trickle is None and cut is None and corrupt is None:
+            self._sendfile(fd, offset, count)
+            return
+        data = bytearray(os.pread(fd, count, offset))
+        if corrupt is not None and data:
+            data[len(data) // 2] ^= 0xFF
+        if cut is not None:
+            data = data[: int(cut.get("after", 0))]
+        if trickle is not None:
+            rate = max(int(trickle.get("rate", 1)), 1)
+            piece = max(rate // 10, 1)
+            for start in range(0, len(data), piece):
+                self.sock.sendall(data[start : start + piece])
+                time.sleep(piece / rate)
+        else:
+            self.sock.sendall(data)
+        if cut is not None:  # the promised length never comes: the connection ends
+            self.close = True
+            self.sock.shutdown(socket.SHUT_RDWR)
 
     def _sendfile(self, fd: int, offset: int, count: int) -> None:
         out = self.sock.fileno()
@@ -626,11 +915,19 @@ def main() -> int:
         default=os.cpu_count() or 1,
         help="worker processes (default: one per CPU)",
     )
+    parser.add_argument(
+        "--faults",
+        action="store_true",
+        help="serve POST /_faults (scripts/s3_faults.py, for tests; implies --workers 1)",
+    )
     args = parser.parse_args()
     if not args.root.is_dir():
         parser.error(f"{args.root} is not a directory")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
+    if args.faults:
+        Connection.faults = Faults()
+        args.workers = 1
     return serve(args.root, args.bucket, args.port, args.workers)
 
 

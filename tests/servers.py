@@ -10,14 +10,19 @@ fresh bucket for one test and points the AWS environment variables at the server
 finds it by the AWS conventions alone. ``s3_auth_server`` is a second server that
 checks signatures and IAM policies (moto checks nothing by default), for tests of
 refused credentials. ``flaky_s3`` is an S3 look-alike in a thread that fails as
-told (503 SlowDown) and counts requests and bytes sent. moto missing is a
-failure, never a skip: the S3 store would go untested.
+told (503 SlowDown) and counts requests and bytes sent. ``loopback_s3`` is the
+project's own server (scripts/s3_server.py) over a directory of the test, with its
+faults (scripts/s3_faults.py): held PUTs, stalled, trickled, cut or corrupted
+GETs; it can be killed and started again on its port. moto missing is a failure,
+never a skip: the S3 store would go untested.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -35,6 +40,7 @@ from typing import Any
 import pytest
 
 REGION = "us-east-1"
+S3_SERVER = Path(__file__).resolve().parent.parent / "scripts" / "s3_server.py"
 STARTUP = 30.0  # seconds moto may take to answer (it imports every service's models)
 # urllib must not send requests for 127.0.0.1 through a proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -291,3 +297,94 @@ def flaky_s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FlakyS
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+class LoopbackS3:
+    """scripts/s3_server.py --faults serving ``root`` as bucket ``bucket``."""
+
+    def __init__(self, root: Path, bucket: str, log: Path) -> None:
+        self.root = root
+        self.bucket = bucket
+        self.log = log
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}"
+
+    def start(self) -> None:
+        """Started (again, on the same port once it has one)."""
+        for _ in range(50):  # the port of a killed server may take a moment to free
+            command = [sys.executable, str(S3_SERVER), str(self.root), "--faults"]
+            with self.log.open("ab") as log:
+                process = subprocess.Popen(
+                    [*command, "--bucket", self.bucket, "--port", str(self.port)],
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                )
+            assert process.stdout is not None
+            ready, _, _ = select.select([process.stdout], [], [], STARTUP)
+            line = process.stdout.readline().decode().strip() if ready else ""
+            if line.startswith("http://"):
+                self.port = int(line.rsplit(":", 1)[1])
+                self.process = process
+                return
+            _stop(process)
+            time.sleep(0.1)
+        pytest.fail(f"scripts/s3_server.py did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash (its worker dies with it: PR_SET_PDEATHSIG)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            assert self.process.stdout is not None
+            self.process.stdout.close()
+            self.process = None
+
+    def faults(self, **faults: Any) -> dict[str, Any]:
+        """Sets faults (scripts/s3_faults.py); the server's counters."""
+        request = urllib.request.Request(
+            self.endpoint + "/_faults", data=json.dumps(faults).encode(), method="POST"
+        )
+        with _DIRECT.open(request, timeout=10) as response:
+            return dict(json.loads(response.read()))
+
+    def counters(self) -> dict[str, Any]:
+        return self.faults()
+
+    def wait_for(self, name: str, count: int, timeout: float = 30.0) -> dict[str, Any]:
+        """The counters once ``name`` has reached ``count`` (entries, for a list)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            counters = self.counters()
+            value = counters[name]
+            if (len(value) if isinstance(value, list) else value) >= count:
+                return counters
+            assert time.monotonic() < deadline, f"{name} stayed at {value}: {counters}"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def loopback_s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackS3]:
+    """The loopback server on a fresh directory (``root``: the bucket's files), and
+    the AWS environment pointed at it."""
+    root = tmp_path / "bucket"
+    root.mkdir()
+    server = LoopbackS3(root, "loopback", tmp_path / "s3_server.log")
+    server.start()
+    isolate_aws(monkeypatch, tmp_path, server.endpoint)
+    try:
+        yield server
+    finally:
+        if server.process is not None:
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                server.faults(clear=True)  # held requests end, their threads with them
+            _stop(server.process)
+            assert server.process.stdout is not None
+            server.process.stdout.close()

@@ -92,8 +92,11 @@ def prepare_mount(location: str, options: MountOptions) -> PreparedMount:
     local = kind(location) == "directory"
     lock = None if options.read_only or not local else StoreLock.take(location)
     try:
+        if not options.read_only:  # a remote store's own lock (S3: a lease object)
+            store.acquire_writer_lease(ensure_run_dir())
         return PreparedMount(_build(store, options), lock)
     except BaseException:
+        store.release_writer_lease()
         if lock is not None:
             lock.close()
         raise
@@ -435,6 +438,7 @@ def serve(
             raise
         run.succeeded()
     finally:
+        ops.tree.store.release_writer_lease()
         if lock is not None:
             lock.close()
 

@@ -197,6 +197,15 @@ class Store(ABC):
     def mtime(self, key: str) -> float | None:
         """Modification time of ``key`` (seconds), ``None`` when unknown or missing."""
 
+    def acquire_writer_lease(self, run_dir: str) -> None:  # noqa: B027 - most need none
+        """Before a read-write mount: make sure no other read-write mount of this
+        store runs (a remote store, where no local lock can; S3: s3_lease.py), or
+        raise StoreError naming the holder. ``run_dir`` is the user's private run
+        directory, for a lock file of this machine's mounts."""
+
+    def release_writer_lease(self) -> None:  # noqa: B027 - most need none
+        """At the end of a read-write mount, after its last write."""
+
     def statvfs(self) -> tuple[int, int, int] | None:
         """(block size, total blocks, free blocks) of the backing storage, if known."""
         return None

@@ -2,16 +2,19 @@
 
 obstore (Rust object_store bindings) makes each call in native code with the GIL
 released, so the fetch pool's threads really run in parallel, and it retries
-transient failures itself. Configuration follows the AWS conventions only:
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION /
-AWS_DEFAULT_REGION, AWS_ENDPOINT_URL (http:// allowed), web identity and instance
-credentials (read by obstore), and AWS_PROFILE with ~/.aws/config and
-~/.aws/credentials (read through boto3: obstore cannot).
+transient failures itself. Configuration (AWS conventions only) is s3_config.py's.
 
 Keys are "/"-separated and map to "<prefix>/<key>". S3 has no directories: a value
 is an object, a prefix a common prefix of a delimited listing; "directory marker"
 objects ("a/b/") are neither. Nothing outside the prefix is read, written or
 deleted: key components "." and ".." are refused.
+
+Every PUT is conditional on the version the mount last read or stored (If-Match,
+or If-None-Match: * for an object it knows absent or has never seen), so that a
+request that timed out and reaches the server late cannot replace newer data; a
+412 is a late request of the mount's own (written over) or another writer's change
+(EIO: never overwritten). See s3_versions.py. A read-write mount holds the
+prefix's writer lease (s3_lease.py). DELETE cannot be conditional in obstore.
 
 No message raised here carries text of the server's or of obstore's: the body of
 a signature error can echo the access key and the session token, so errors are
@@ -21,49 +24,39 @@ rebuilt from their HTTP status, S3 error code and kind alone.
 from __future__ import annotations
 
 import errno
+import hashlib
+import logging
 import os
-import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import obstore
 from obstore import exceptions as _errors
 from obstore.store import S3Store as _Bucket
 
 from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.stores import s3_config as config
 from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
+from zarrfs.stores.s3_errors import code_of, failure, no_bucket, statuses_of
+from zarrfs.stores.s3_lease import LEASE_KEY, LeaseIO, LocalLock, WriterLease, lease_io
+from zarrfs.stores.s3_versions import DELETED, UNKNOWN, Doubt, Versions, digest_of, plain_etag
 
-# Transient failures (5xx, throttling's 503 SlowDown, dropped connections, timeouts)
-# are retried by obstore with exponential backoff and full jitter: 0.1 s doubling
-# up to 2 s, at most 5 retries, none started after 10 s. A mount answers EIO then,
-# rather than hang a reader for obstore's default of 3 minutes.
-_BACKOFF = {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2)}
-RETRY: Any = {"max_retries": 5, "retry_timeout": timedelta(seconds=10), "backoff": _BACKOFF}
-# A connection must come up in 5 s and a response may stall for at most 30 s (both
-# retried); one request may take 5 minutes in all: a 256 MiB range at 1 MB/s.
-CLIENT: Any = {"connect_timeout": "5s", "read_timeout": "30s", "timeout": "5min"}
+log = logging.getLogger(__name__)
 
-# S3 error codes that say "these credentials may not do this" (EACCES).
-_DENIED = re.compile(
-    "AccessDenied|AllAccessDisabled|AccountProblem|ExpiredToken|InvalidAccessKeyId"
-    "|InvalidToken|SignatureDoesNotMatch|TokenRefreshRequired"
-)
-_STATUS = re.compile(r"status code: (\d{3})")
-_CODE = re.compile(r"<Code>(\w{1,64})</Code>")
-_RETRIES = re.compile(r"after (\d+) retries")
-_KIND = re.compile(r"\bkind: (\w{1,32})")
-# Where obstore fetches credentials when none are configured (EC2, ECS).
-_METADATA = re.compile(r"169\.254\.169\.254|169\.254\.170\.2|fd00:ec2::254|/latest/api/token")
-_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,254}")
+# Kept importable from here: the retry policy and client limits (s3_config.py).
+RETRY = config.RETRY
+
 # obstore runs one runtime of threads per process, started at its first request; a
 # fork's child keeps none of the threads, and its requests would wait forever.
 _state = {"used": False, "forked": False}
 os.register_at_fork(after_in_child=lambda: _state.update(forked=_state["used"]))
 _MISSING = object()  # an obstore call found no object (it raised FileNotFoundError)
 _UNSATISFIABLE = object()  # a ranged GET the object cannot answer (416, or not partial)
+_CONFLICT = object()  # a conditional request found another version (412, 409)
+# A PUT answered 412 is retried over the mount's own late requests at most so often.
+_RESOLUTIONS = 4
+_STRIPES = 64  # writes of one object are serialised (locks by a hash of its path)
 
 
 class S3Store(Store):
@@ -77,34 +70,33 @@ class S3Store(Store):
 
         Nothing is fetched here (``check`` asks the bucket); a bad URL, endpoint
         or AWS profile raises StoreError with errno EINVAL."""
-        self.bucket, self.prefix = _parse_url(url)
+        self.bucket, self.prefix = config.parse_url(url)
         self._url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        config: dict[str, Any] = {}
+        settings: dict[str, Any] = {}
         provider = None
         if anonymous:
-            config["skip_signature"] = True
+            settings["skip_signature"] = True
         else:
-            provider, region = _profile_credentials(self._url)
-            if region and not _env("AWS_REGION", "AWS_DEFAULT_REGION"):
-                config["region"] = region
-        endpoint = _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
-        scheme = urlsplit(endpoint).scheme.lower()
-        if endpoint and (scheme not in ("http", "https") or not urlsplit(endpoint).hostname):
-            # Checked here: object_store would panic at every request instead.
-            raise StoreError(f"{self._url}: the AWS endpoint URL is no http(s) URL", errno.EINVAL)
-        # obstore refuses plain HTTP unless told; an http:// endpoint is the user's choice.
-        client = {**CLIENT, "allow_http": scheme == "http"}
+            provider, region = config.profile_credentials(self._url)
+            if region and not config.env("AWS_REGION", "AWS_DEFAULT_REGION"):
+                settings["region"] = region
+        self._endpoint, scheme = config.endpoint(self._url)
         try:
             self._bucket = _Bucket(
                 self.bucket,
                 prefix=self.prefix or None,
-                config=config,  # type: ignore[arg-type]
-                client_options=client,
-                retry_config=RETRY,
+                config=settings,  # type: ignore[arg-type]
+                client_options=config.client_options(scheme),
+                retry_config=config.RETRY,
                 credential_provider=provider,
             )
         except Exception as e:
-            raise StoreError(f"{self._url}: {_scrub(e)}", errno.EINVAL) from None
+            raise StoreError(f"{self._url}: {config.scrub(e)}", errno.EINVAL) from None
+        self._versions = Versions()
+        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
+        self._local: LocalLock | None = None
+        self._lease: WriterLease | None = None
+        self._denied = False  # the lease could not be written: no write can be
 
     def describe(self) -> str:
         return self._url
@@ -135,9 +127,13 @@ class S3Store(Store):
         """``get`` without the copy into ``bytes``: a read-only view of the body as
         obstore received it."""
         path = _path(key)
+        since = self._versions.now()
         result = self._call("reading", key, obstore.get, self._bucket, path) if path else None
         if result is None or result is _MISSING:
+            if result is _MISSING:
+                self._versions.seen(path, None, since)
             return None
+        self._versions.seen(path, result.meta["e_tag"], since)
         size = result.meta["size"]
         if limit is not None and size > limit:
             # Dropped now: an exception a caller keeps would keep this frame, and with
@@ -161,12 +157,22 @@ class S3Store(Store):
         if length == 0 or (start < 0 and -start > length):
             return self._range_by_size(key, path, start, length)
         bounds: Any = (start, start + length) if start >= 0 else {"suffix": -start}
-        value = self._call("reading", key, _ranged_get, self._bucket, path, bounds, ranged=True)
+        value = self._ranged(key, path, bounds, ranged=True)
         if value is _UNSATISFIABLE:
             # 416: the range starts at or past the end; a suffix range of an empty
             # object may come back whole (200, not 206): the size decides.
             return self._range_by_size(key, path, start, length)
         return None if value is _MISSING else value
+
+    def _ranged(self, key: str, path: str, bounds: Any, **kw: Any) -> Any:
+        since = self._versions.now()
+        found = self._call("reading", key, _ranged_get, self._bucket, path, bounds, **kw)
+        if found is _MISSING:
+            self._versions.seen(path, None, since)
+        if found is _MISSING or found is _UNSATISFIABLE:
+            return found
+        self._versions.seen(path, found[1]["e_tag"], since)
+        return found[0]
 
     def _range_by_size(self, key: str, path: str, start: int, length: int) -> bytes | None:
         size = self._size(key, path)
@@ -175,8 +181,7 @@ class S3Store(Store):
         offset, count = resolve_range(start, length, size)
         if count == 0:
             return b""
-        bounds = (offset, offset + count)
-        value = self._call("reading", key, _ranged_get, self._bucket, path, bounds)
+        value = self._ranged(key, path, (offset, offset + count))
         return None if value is _MISSING else value
 
     def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
@@ -207,8 +212,15 @@ class S3Store(Store):
         return [bytes(next(found)) if count else b"" for _, count in spans]
 
     def _head(self, key: str, path: str) -> Any:
-        meta = self._call("reading", key, obstore.head, self._bucket, path) if path else None
-        return None if meta is _MISSING else meta
+        if not path:
+            return None
+        since = self._versions.now()
+        meta = self._call("reading", key, obstore.head, self._bucket, path)
+        if meta is _MISSING:
+            self._versions.seen(path, None, since)
+            return None
+        self._versions.seen(path, meta["e_tag"], since)
+        return meta
 
     def _size(self, key: str, path: str) -> int | None:
         meta = self._head(key, path)
@@ -226,21 +238,22 @@ class S3Store(Store):
 
     def list_dir(self, prefix: str) -> Listing:
         """One delimited listing (obstore follows its pages). The listed prefix's own
-        directory marker is no key of it."""
+        directory marker is no key of it, nor is the writer lease (s3_lease.py)."""
         path = _path(prefix)
         listing = obstore.list_with_delimiter
         listed = self._call("listing", prefix, listing, self._bucket, path or None)
         if listed is _MISSING:
             raise self._no_bucket()
         skip = len(path) + 1 if path else 0
-        keys = [meta["path"][skip:] for meta in listed["objects"] if meta["path"] != path]
+        hidden = (path, LEASE_KEY)
+        keys = [meta["path"][skip:] for meta in listed["objects"] if meta["path"] not in hidden]
         prefixes = [name[skip:] for name in listed["common_prefixes"]]
         return Listing(tuple(sorted(k for k in keys if k)), tuple(sorted(p for p in prefixes if p)))
 
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
         """One recursive listing. Directory markers are left out: a zero-byte object
         whose name is a prefix of the next key listed (S3 lists in key order, so a
-        marker "a/" comes right before the keys under it)."""
+        marker "a/" comes right before the keys under it); so is the writer lease."""
         path = _path(prefix)
         skip = len(path) + 1 if path else 0
         chunks = iter(obstore.list(self._bucket, path or None, chunk_size=1000))
@@ -250,7 +263,7 @@ class S3Store(Store):
                 raise self._no_bucket()
             for meta in chunk:
                 name = meta["path"][skip:]
-                if meta["path"] == path or not name:
+                if meta["path"] in (path, LEASE_KEY) or not name:
                     continue
                 if held is not None and not (held[1] == 0 and name.startswith(held[0] + "/")):
                     yield held
@@ -266,9 +279,78 @@ class S3Store(Store):
         self._put(key, _value_path(key), value)
 
     def _put(self, key: str, path: str, value: Any) -> None:
-        # A single PUT (no multipart upload: an interrupted one would leave parts
-        # behind); obstore joins a list of parts itself, outside the GIL.
-        self._call("writing", key, obstore.put, self._bucket, path, value, use_multipart=False)
+        """A single PUT (no multipart upload: an interrupted one would leave parts
+        behind; obstore joins a list of parts itself, outside the GIL), conditional
+        on the version last seen. A 412 is resolved by ``_resolve``."""
+        self._check_lease(key)
+        with self._stripes[hash(path) % _STRIPES]:
+            for _ in range(_RESOLUTIONS):
+                expected = self._versions.expected(path)
+                known = expected is not None and expected is not UNKNOWN
+                mode: Any = {"e_tag": expected} if known else "create"
+                self._versions.begin(path)
+                stored = _CONFLICT
+                try:
+                    stored = self._call(
+                        "writing",
+                        key,
+                        obstore.put,
+                        self._bucket,
+                        path,
+                        value,
+                        mode=mode,
+                        use_multipart=False,
+                        conditional=True,
+                    )
+                except StoreError:
+                    # Sent, maybe received: the server may still apply it later.
+                    self._versions.doubt(path, digest_of(value))
+                    raise
+                finally:
+                    if stored is _CONFLICT:
+                        self._versions.end(path)
+                    else:
+                        etag = stored.get("e_tag") or UNKNOWN
+                        self._versions.end(path, etag, changed=True)
+                if stored is not _CONFLICT:
+                    return
+                self._resolve(key, path, value, expected)
+        raise StoreError(f"writing {self._where(key)}: the object kept changing (HTTP 412)")
+
+    def _resolve(self, key: str, path: str, value: Any, expected: Any) -> None:
+        """After a 412: the current version becomes the one to write over if the
+        mount never saw the object, or if it holds a value of the mount's own whose
+        request had no known outcome (a late PUT or DELETE); otherwise another
+        writer changed it, and it is not overwritten (EIO)."""
+        meta = self._call("writing", key, obstore.head, self._bucket, path)
+        meta = None if meta is _MISSING else meta
+        current = None if meta is None else meta["e_tag"]
+        if expected is UNKNOWN or current == expected or self._ours(key, path, value, meta):
+            self._versions.adopt(path, current)
+            return
+        raise StoreError(
+            f"writing {self._where(key)}: changed by another writer since this mount read "
+            "or stored it (HTTP 412 Precondition Failed): not overwritten",
+            errno.EIO,
+        )
+
+    def _ours(self, key: str, path: str, value: Any, meta: Any) -> bool:
+        doubts = (*self._versions.doubts(path), digest_of(value))
+        if meta is None:
+            return any(d.digest == DELETED for d in doubts)
+        values = [d for d in doubts if d.digest != DELETED]
+        etag = plain_etag(meta["e_tag"])
+        if any(d.digest.hex() == etag for d in values):  # S3: the MD5 of a single PUT
+            return True
+        if not any(d.size == meta["size"] for d in values):
+            return False
+        # An ETag that is no MD5 (SSE-KMS, other servers): the bytes decide.
+        wanted = (self._bucket, path, meta["e_tag"], max(d.size for d in values))
+        data = self._call("writing", key, _get_version, *wanted)
+        if not isinstance(data, bytes):
+            return False
+        digest = hashlib.md5(data, usedforsecurity=False).digest()
+        return any(d.digest == digest for d in values)
 
     def stage(self, key: str, value: bytes | Sequence[bytes]) -> tuple[str, str, Any]:
         """Nothing is sent before ``commit``: a PUT is already all-or-nothing."""
@@ -289,8 +371,72 @@ class S3Store(Store):
                 raise StoreError(f"{e} ({written})", e.errno) from None
 
     def delete(self, key: str, *, durable: bool = True) -> None:
-        """S3 answers a DELETE of a missing key with success too."""
-        self._call("deleting", key, obstore.delete, self._bucket, _value_path(key))
+        """S3 answers a DELETE of a missing key with success too. Unconditional:
+        obstore sends no If-Match with a DELETE (docs/semantics.md, S3)."""
+        path = _value_path(key)
+        self._check_lease(key)
+        with self._stripes[hash(path) % _STRIPES]:
+            self._versions.begin(path)
+            done = False
+            try:
+                self._call("deleting", key, obstore.delete, self._bucket, path)
+                done = True
+            except StoreError:
+                self._versions.doubt(path, Doubt(DELETED, 0))
+                raise
+            finally:
+                self._versions.end(path, None, changed=done)
+
+    # -- the writer lease --------------------------------------------------------------
+
+    def acquire_writer_lease(self, run_dir: str) -> None:
+        """One read-write mount of this bucket prefix at a time (s3_lease.py): the
+        local lock in ``run_dir``, then the lease object; StoreError (EBUSY) naming
+        the holder otherwise. Writes are refused once the lease is lost."""
+        identity = f"{self._endpoint or 'aws'} {self.bucket}/{self.prefix}"
+        local = LocalLock(run_dir, identity, self._url)
+        try:
+            lease = WriterLease(self._lease_io(), self._where(LEASE_KEY), self._url, local.digest)
+            lease.acquire()
+        except StoreError as e:
+            local.close()
+            if e.errno != errno.EACCES:
+                raise
+            # Credentials that may not write here (a public bucket read anonymously, a
+            # read-only policy): the mount reads, and refuses every write, as S3 would.
+            self._denied = True
+            log.warning("%s: this mount cannot write (%s): writes fail with EACCES", self._url, e)
+            return
+        except BaseException:
+            local.close()
+            raise
+        self._local, self._lease = local, lease
+
+    def release_writer_lease(self) -> None:
+        """At umount, after the last write: the lease deleted, the lock dropped."""
+        lease, local = self._lease, self._local
+        self._local = None
+        if lease is not None:
+            lease.release()
+        if local is not None:
+            local.close()
+
+    def _check_lease(self, key: str) -> None:
+        if self._denied:
+            where = self._where(key)
+            raise StoreError(
+                f"writing {where}: access denied (this mount could not write its lease)",
+                errno.EACCES,
+            )
+        if self._lease is not None:
+            self._lease.check()
+
+    def _lease_io(self) -> LeaseIO:
+        def call(action: str, function: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+            found = self._call(action, LEASE_KEY, function, self._bucket, *args, **kw)
+            return None if found is _MISSING or found is _CONFLICT else found
+
+        return lease_io(call)
 
     # -- errors ------------------------------------------------------------------------
 
@@ -298,16 +444,18 @@ class S3Store(Store):
         return f"{self._url}/{key}" if key else self._url
 
     def _no_bucket(self) -> StoreError:
-        return StoreError(f"s3://{self.bucket}: bucket does not exist")
+        return no_bucket(self.bucket)
 
     def _call(
         self, action: str, key: str, function: Callable[..., Any], *args: Any, **kw: Any
     ) -> Any:
-        """``function(*args, **kw)``; ``_MISSING`` where it found no object (and with
-        ``ranged=True``, ``_UNSATISFIABLE`` for a range the object cannot answer);
-        any other failure as a StoreError raised ``from None``: obstore's message,
+        """``function(*args, **kw)``; ``_MISSING`` where it found no object (with
+        ``ranged=True``, ``_UNSATISFIABLE`` for a range the object cannot answer;
+        with ``conditional=True``, ``_CONFLICT`` for a failed precondition); any
+        other failure as a StoreError raised ``from None``: obstore's message,
         which may quote the server, is never chained."""
         ranged = kw.pop("ranged", False)
+        conditional = kw.pop("conditional", False)
         if _state["forked"]:
             raise StoreError(
                 f"{action} {self._where(key)}: S3 was used before this process forked "
@@ -317,14 +465,20 @@ class S3Store(Store):
         try:
             return function(*args, **kw)
         except FileNotFoundError as e:
-            if _code(e) == "NoSuchBucket":
+            if code_of(e) == "NoSuchBucket":
                 raise self._no_bucket() from None
-            return _MISSING
+            return _CONFLICT if conditional else _MISSING
+        except (_errors.PreconditionError, _errors.AlreadyExistsError) as e:
+            if code_of(e) == "NoSuchBucket":
+                raise self._no_bucket() from None
+            if conditional or isinstance(e, _errors.PreconditionError):
+                return _CONFLICT
+            raise failure(action, self._where(key), self.bucket, e) from None
         except Exception as e:
             text = str(e)
-            if ranged and ("416" in _STATUS.findall(text) or "non-partial" in text):
+            if ranged and ("416" in statuses_of(e) or "non-partial" in text):
                 return _UNSATISFIABLE
-            raise self._failure(action, key, e) from None
+            raise failure(action, self._where(key), self.bucket, e) from None
         except BaseException as e:
             # object_store panics on what it does not expect (a range past the end):
             # pyo3 raises PanicException, a BaseException.
@@ -332,66 +486,19 @@ class S3Store(Store):
                 raise
             raise StoreError(f"{action} {self._where(key)}: the S3 client failed") from None
 
-    def _failure(self, action: str, key: str, e: Exception) -> StoreError:
-        text, where, code = str(e), self._where(key), _code(e)
-        if isinstance(e, ValueError):
-            return StoreError(f"{action} {where}: not a valid S3 key", errno.EINVAL)
-        if isinstance(e, _errors.InvalidPathError):
-            # object_store refuses a whole listing over one such key.
-            return StoreError(f"{action} {where}: a key below has an empty, '.' or '..' part")
-        if code == "NoSuchBucket":
-            return self._no_bucket()
-        if _METADATA.search(text):
-            return StoreError(
-                f"{action} {where}: no AWS credentials found (set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or read a public bucket anonymously)",
-                errno.EACCES,
-            )
-        statuses = _STATUS.findall(text)
-        status = statuses[-1] if statuses else None
-        if status:
-            reason = f"HTTP {status}" + (f" {code}" if code else "")
-            if code == "PermanentRedirect":
-                reason += ": the bucket is in another region (set AWS_REGION)"
-        elif kind := _KIND.search(text):
-            names = {"Connect": "cannot connect", "Timeout": "timed out"}
-            reason = names.get(kind.group(1), f"network error ({kind.group(1)})")
-        else:
-            reason = type(e).__name__
-        denied = (_errors.PermissionDeniedError, _errors.UnauthenticatedError)
-        if _DENIED.fullmatch(code or "") or status in ("401", "403") or isinstance(e, denied):
-            return StoreError(f"{action} {where}: access denied ({reason})", errno.EACCES)
-        retries = _RETRIES.search(text)
-        after = f" after {retries.group(1)} retries" if retries else ""
-        return StoreError(f"{action} {where}: {reason}{after}", errno.EIO)
+
+def _ranged_get(bucket: _Bucket, path: str, bounds: Any) -> tuple[bytes, Any]:
+    result = obstore.get(bucket, path, options={"range": bounds})
+    return bytes(result.bytes()), result.meta
 
 
-def _ranged_get(bucket: _Bucket, path: str, bounds: Any) -> bytes:
-    return bytes(obstore.get(bucket, path, options={"range": bounds}).bytes())
+def _get_version(bucket: _Bucket, path: str, etag: str, limit: int) -> bytes | None:
+    """Version ``etag`` of an object, if it is no larger than ``limit``."""
+    result = obstore.get(bucket, path, options={"if_match": etag})
+    return bytes(result.bytes()) if result.meta["size"] <= limit else None
 
 
-def _code(e: Exception) -> str | None:
-    found = _CODE.search(str(e))
-    return found.group(1) if found else None
-
-
-def _scrub(e: Exception) -> str:
-    """The first line of a configuration error, any secret of the environment cut."""
-    text = (str(e) or type(e).__name__).splitlines()[0]
-    for name, value in os.environ.items():
-        secret = any(word in name for word in ("SECRET", "TOKEN", "KEY"))
-        if name.startswith("AWS_") and secret and len(value) > 3:
-            text = text.replace(value, "***")
-    return text
-
-
-def _path(key: str) -> str:
-    """``key`` as an object path below the prefix ("" for the prefix itself);
-    empty components are dropped, "." and ".." refused (they would leave it)."""
-    parts = [p for p in key.split("/") if p]
-    if "." in parts or ".." in parts or "\0" in key:
-        raise StoreError(f"invalid key {key!r}", errno.EINVAL)
-    return "/".join(parts)
+_path = config.path_of
 
 
 def _value_path(key: str) -> str:
@@ -399,55 +506,3 @@ def _value_path(key: str) -> str:
     if path := _path(key):
         return path
     raise StoreError(f"invalid key {key!r}", errno.EINVAL)
-
-
-def _parse_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of "s3://bucket/prefix"."""
-    scheme, sep, rest = url.partition("://")
-    bucket, _, prefix = rest.partition("/")
-    if scheme.lower() != "s3" or not sep or not _BUCKET.fullmatch(bucket):
-        raise StoreError(f"{url!r}: not an s3://bucket[/prefix] URL", errno.EINVAL)
-    try:
-        return bucket, _path(prefix)
-    except StoreError:
-        raise StoreError(f"{url!r}: invalid prefix", errno.EINVAL) from None
-
-
-def _env(*names: str) -> str:
-    return next((os.environ[n] for n in names if os.environ.get(n)), "")
-
-
-def _profile_credentials(url: str) -> tuple[Any, str | None]:
-    """(credential provider, region) of an AWS profile read through boto3, or (None,
-    None) where obstore reads everything itself: keys in the environment come
-    before profiles (as in every AWS SDK), and without AWS_PROFILE or shared files
-    there is no profile. A profile without credentials leaves obstore's own chain
-    (web identity, ECS, EC2 instance metadata)."""
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        return None, None
-    home = Path.home() / ".aws"
-    files = [
-        Path(_env("AWS_CONFIG_FILE") or home / "config"),
-        Path(_env("AWS_SHARED_CREDENTIALS_FILE") or home / "credentials"),
-    ]
-    if not os.environ.get("AWS_PROFILE") and not any(f.is_file() for f in files):
-        return None, None
-    try:  # imported only here: boto3 takes a while to import
-        import boto3
-        import botocore.exceptions
-        from obstore.auth.boto3 import Boto3CredentialProvider
-    except ImportError:
-        raise StoreError(
-            f"{url}: AWS profiles need boto3 (pip install boto3)", errno.EINVAL
-        ) from None
-    try:
-        session = boto3.Session()
-        if session.get_credentials() is None:
-            return None, session.region_name
-        return Boto3CredentialProvider(session), session.region_name
-    except botocore.exceptions.ProfileNotFound:
-        name = os.environ.get("AWS_PROFILE", "default")
-        raise StoreError(f"{url}: AWS profile {name!r} not found", errno.EINVAL) from None
-    except botocore.exceptions.BotoCoreError as e:
-        # botocore's messages name files and profiles, never key material.
-        raise StoreError(f"{url}: AWS profile: {e}", errno.EACCES) from None

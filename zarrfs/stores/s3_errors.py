@@ -1,0 +1,76 @@
+"""obstore's exceptions as StoreErrors of one line, with nothing the server sent.
+
+The body of a signature error can echo the access key, the session token or the
+request's Authorization header, so a message is rebuilt from the HTTP status, the
+S3 error code and the kind of failure alone; obstore's text is never chained.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+
+from obstore import exceptions as _errors
+
+from zarrfs.errors import StoreError
+
+# S3 error codes that say "these credentials may not do this" (EACCES).
+_DENIED = re.compile(
+    "AccessDenied|AllAccessDisabled|AccountProblem|ExpiredToken|InvalidAccessKeyId"
+    "|InvalidToken|SignatureDoesNotMatch|TokenRefreshRequired"
+)
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>(\w{1,64})</Code>")
+_RETRIES = re.compile(r"after (\d+) retries")
+_KIND = re.compile(r"\bkind: (\w{1,32})")
+# Where obstore fetches credentials when none are configured (EC2, ECS).
+_METADATA = re.compile(r"169\.254\.169\.254|169\.254\.170\.2|fd00:ec2::254|/latest/api/token")
+
+
+def code_of(e: Exception) -> str | None:
+    """The S3 error code in an error's text ("NoSuchBucket"), if any."""
+    found = _CODE.search(str(e))
+    return found.group(1) if found else None
+
+
+def statuses_of(e: Exception) -> list[str]:
+    return _STATUS.findall(str(e))
+
+
+def no_bucket(bucket: str) -> StoreError:
+    return StoreError(f"s3://{bucket}: bucket does not exist")
+
+
+def failure(action: str, where: str, bucket: str, e: Exception) -> StoreError:
+    """``e`` of ``action`` ("reading") on ``where`` (an s3:// URL) as a StoreError."""
+    text, code = str(e), code_of(e)
+    if isinstance(e, ValueError):
+        return StoreError(f"{action} {where}: not a valid S3 key", errno.EINVAL)
+    if isinstance(e, _errors.InvalidPathError):
+        # object_store refuses a whole listing over one such key.
+        return StoreError(f"{action} {where}: a key below has an empty, '.' or '..' part")
+    if code == "NoSuchBucket":
+        return no_bucket(bucket)
+    if _METADATA.search(text):
+        return StoreError(
+            f"{action} {where}: no AWS credentials found (set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or read a public bucket anonymously)",
+            errno.EACCES,
+        )
+    statuses = _STATUS.findall(text)
+    status = statuses[-1] if statuses else None
+    if status:
+        reason = f"HTTP {status}" + (f" {code}" if code else "")
+        if code == "PermanentRedirect":
+            reason += ": the bucket is in another region (set AWS_REGION)"
+    elif kind := _KIND.search(text):
+        names = {"Connect": "cannot connect", "Timeout": "timed out"}
+        reason = names.get(kind.group(1), f"network error ({kind.group(1)})")
+    else:
+        reason = type(e).__name__
+    denied = (_errors.PermissionDeniedError, _errors.UnauthenticatedError)
+    if _DENIED.fullmatch(code or "") or status in ("401", "403") or isinstance(e, denied):
+        return StoreError(f"{action} {where}: access denied ({reason})", errno.EACCES)
+    retries = _RETRIES.search(text)
+    after = f" after {retries.group(1)} retries" if retries else ""
+    return StoreError(f"{action} {where}: {reason}{after}", errno.EIO)
