@@ -1,4 +1,4 @@
-"""Crash consistency of the write path (DESIGN.md section 3): SIGKILL of the daemon.
+"""Crash consistency of the write path: SIGKILL of the daemon.
 
 After the daemon we started is killed (by its PID, SIGKILL) at any moment, the mount
 answers ENOTCONN until ``fusermount3 -u`` removes it; then every chunk in the store

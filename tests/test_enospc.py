@@ -1,4 +1,4 @@
-"""A full store filesystem (DESIGN.md section 3): ENOSPC is reported, nothing is lost.
+"""A full store filesystem: ENOSPC is reported, nothing is lost.
 
 The store lives on a 1 MiB tmpfs (mounted here: the tests run as root) nearly filled
 by a filler file. The array is uint8 without a compressor, written with random bytes,

@@ -1,4 +1,4 @@
-"""A store that stays full: the write cache stays bounded and writes fail (issue 10, B.4).
+"""A store that stays full: the write cache stays bounded and writes fail.
 
 The store lives on a 64 MiB tmpfs. 400 MiB of non-fill bytes are written through
 the mount without fsync, with ``--write-cache-size 32M``. Storing fails once the

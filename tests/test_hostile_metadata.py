@@ -1,4 +1,4 @@
-"""Hostile metadata costs one log line, never the mount (issue 10, D.3, E.1, E.2).
+"""Hostile metadata costs one log line, never the mount.
 
 Each case failed before its fix: deep JSON escaped as RecursionError (EIO for the
 whole parent directory, a 49-line traceback from ``zarrfs mount``), a subarray

@@ -1,6 +1,6 @@
 """Writes that once lost data or grew memory without bound, without a mount.
 
-Each test here failed on the code before its fix (issue 10, items B.1, D.1, D.4, E.3).
+Each test here failed on the code before its fix.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Layers one way: stores → formats → core → views → tree → fuse → mount/cli.
 
-No module imports one of a layer above its own (DESIGN.md section 4), lazily inside
+No module imports one of a layer above its own, lazily inside
 a function included; ``errors`` and ``__init__``/``__main__`` stand outside.
 """
 

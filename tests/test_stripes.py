@@ -1,4 +1,4 @@
-"""Stripes: runs of array.raw assembled by workers from a row of chunks (issue 13).
+"""Stripes: runs of array.raw assembled by workers from a row of chunks.
 
 Pure geometry first (stripes tile the array, need exactly their row of chunks),
 then assembly against numpy, then the read path through the handlers: streams

@@ -1,6 +1,6 @@
 """Writes through a read-write mount, checked against a byte-level model and zarr-python.
 
-What DESIGN.md section 3 promises and these tests check:
+What the write semantics (docs/semantics.md, "Writing") promise and these tests check:
 
 - a mount is read-write unless ``--read-only`` (then EROFS);
 - ``pwrite`` of any length at any offset of ``array.raw`` / the data part of
