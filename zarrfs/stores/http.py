@@ -10,15 +10,15 @@ and redirect is judged here rather than in the client, because the server is
 hostile input (docs/semantics.md, "HTTP"):
 
 - every request, all its tries and their bodies included, ends within the retry
-  budget (10 s), pushed back one second per MiB received (``MIN_RATE``), so a
-  server that trickles its answer cannot hold a read;
+  budget (10 s), pushed back one second per MiB received (``httpwire.MIN_RATE``),
+  so a server that trickles its answer cannot hold a read;
 - a server that ignores Range answers 200 and the whole value, of which only the
   asked-for window is kept; it is read up to the window's end and never past
   ``SKIP_LIMIT`` (an endless body is an error);
 - a body shorter or longer than its Content-Length, or cut, is a failed try (a
   store error: the next read tries again), never a shorter value;
 - a body in a Content-Encoding is refused (the bytes as stored were asked for);
-- redirects are followed by the rules of ``_redirect_target``;
+- redirects are followed by the rules of ``httpwire.redirect_target``;
 - 404/410 are missing values, 401/403 EACCES, everything else EIO once passing
   failures (5xx, 429, reset or cut connections, timeouts) have been retried.
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import email.utils
 import errno
-import http.client
 import os
 import random
 import re
@@ -42,25 +41,33 @@ from http import HTTPStatus
 from typing import NoReturn, TypeVar
 
 import urllib3
-from urllib3.exceptions import (
-    HTTPError,
-    NewConnectionError,
-    ProtocolError,
-    SSLError,
-)
-from urllib3.exceptions import TimeoutError as HTTPTimeoutError
+from urllib3.exceptions import HTTPError
 
 from zarrfs import __version__
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import httpwire
 from zarrfs.stores.base import Listing, WriteRefusingStore, check_ranges, resolve_range
+from zarrfs.stores.httpwire import (
+    REDIRECTS,
+    RETRIED,
+    Passing,
+    Refused,
+    body_length,
+    encodings,
+    finish,
+    origin,
+    pieces,
+    reason,
+    redirect_target,
+    shown,
+    status_text,
+)
 
 T = TypeVar("T")
 
 TRIES = 5  # of one request, the first included
 RETRY_BUDGET = 10.0  # seconds from the first try by which every try has ended
 BUDGET_VARIABLE = "ZARRFS_HTTP_RETRY_BUDGET"  # seconds, in place of RETRY_BUDGET
-MIN_RATE = 1 << 20  # bytes a second: each MiB received pushes the deadline back 1 s
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 15.0  # of silence while waiting for the server, within the budget
 CONNECTIONS = 16  # kept alive per host: the fetch pool of a remote store is this wide
@@ -68,21 +75,10 @@ MAX_REDIRECTS = 5  # followed by one request
 SKIP_LIMIT = 256 << 20  # most bytes of a 200 answer to a range request ever read
 BODY_LIMIT = 1 << 30  # most bytes of a whole value read for a caller without a limit
 _BACKOFF = (0.2, 3.0)  # first and longest pause between tries, before jitter
-_CHUNK = 1 << 20  # bodies are read this much at a time
-_DRAIN = 64 << 10  # an unread rest up to this is read to keep the connection alive
 _MISSING = (HTTPStatus.NOT_FOUND, HTTPStatus.GONE)
 _DENIED = (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN)
 _PASSING = (408, 425, 429, 500, 502, 503, 504)
-_REDIRECTS = (301, 302, 303, 307, 308)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-
-
-class _Passing(Exception):
-    """A failure worth another try (a status, a body that is not what its headers
-    said; network errors are urllib3's own)."""
-
-
-_RETRIED = (_Passing, ProtocolError, HTTPTimeoutError)  # NewConnectionError is a timeout
 
 
 def _budget() -> float:
@@ -92,18 +88,6 @@ def _budget() -> float:
     except ValueError:
         return RETRY_BUDGET
     return value if 0 < value < 3600 else RETRY_BUDGET
-
-
-def _shown(url: str) -> str:
-    """The URL as messages show it: no user info, query string or fragment."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _origin(parts: urllib.parse.SplitResult) -> tuple[str, str, int | None]:
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or ""), parts.port or (443 if scheme == "https" else 80)
 
 
 class HttpStore(WriteRefusingStore):
@@ -132,7 +116,7 @@ class HttpStore(WriteRefusingStore):
         # Keys are appended to the root as a directory, whether or not it ended in "/".
         self._base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}/"
         self._query = f"?{parts.query}" if parts.query else ""
-        self._origin = _origin(parts)
+        self._origin = origin(parts)
         self._headers = {
             # Ranges are of the bytes as stored: no compression on the way.
             "Accept-Encoding": "identity",
@@ -173,10 +157,10 @@ class HttpStore(WriteRefusingStore):
                     redirect=False,
                     timeout=self._try_timeout(self._budget),
                 )
-                _finish(response, True)
+                finish(response, True)
         except HTTPError as e:
-            reason = "timed out" if exchange.expired else _reason(e)
-            raise StoreError(f"cannot reach {self._shown}: {reason}") from None
+            why = "timed out" if exchange.expired else reason(e)
+            raise StoreError(f"cannot reach {self._shown}: {why}") from None
         if exchange.expired:  # an answer cut short by the deadline is none
             raise StoreError(f"cannot reach {self._shown}: timed out")
 
@@ -195,7 +179,7 @@ class HttpStore(WriteRefusingStore):
 
     def _headers_for(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         headers = {**self._headers, **(extra or {})}
-        if self._auth is not None and _origin(urllib.parse.urlsplit(url)) == self._origin:
+        if self._auth is not None and origin(urllib.parse.urlsplit(url)) == self._origin:
             headers["Authorization"] = self._auth
         return headers
 
@@ -216,7 +200,7 @@ class HttpStore(WriteRefusingStore):
         """``read(response)`` of the key's answer, tried again while failures pass,
         None for a missing key (or the root). ``read`` sees only statuses it must
         judge (not 404, 401, 403, a redirect or a passing one) and may raise
-        ``_Passing``. Every try ends by the request's deadline (``RETRY_BUDGET``)."""
+        ``Passing``. Every try ends by the request's deadline (``RETRY_BUDGET``)."""
         url = self._url(key)
         if url is None:
             return None
@@ -233,11 +217,11 @@ class HttpStore(WriteRefusingStore):
                     return result
                 # What was read may have ended where the watchdog cut it.
                 failure = self._late()
-            except _RETRIED as e:
-                failure = self._late() if exchange.expired else _reason(e)
+            except RETRIED as e:
+                failure = self._late() if exchange.expired else reason(e)
             except HTTPError as e:
                 if not exchange.expired:
-                    self._fail(action, key, _reason(e))
+                    self._fail(action, key, reason(e))
                 failure = self._late()
             # Exponential backoff with full jitter, so that the many fetches of one
             # read that failed together do not come back together.
@@ -269,21 +253,21 @@ class HttpStore(WriteRefusingStore):
                 result = None
             elif status in _DENIED:
                 raise StoreError(
-                    f"{action} {key!r} at {self._shown}: {_status(status)}", errno.EACCES
+                    f"{action} {key!r} at {self._shown}: {status_text(status)}", errno.EACCES
                 )
             elif status in _PASSING:
-                raise _Passing(_status(status))
+                raise Passing(status_text(status))
             else:
                 if method == "GET":
                     self._refuse_encoding(key, response)
                 result = read(response)
                 exchange = httpwire.current()
                 if exchange is not None and exchange.overrun:
-                    raise _Passing("a body longer than its Content-Length")
+                    raise Passing("a body longer than its Content-Length")
             ok = True
             return result
         finally:
-            _finish(response, ok)
+            finish(response, ok)
 
     def _send(
         self,
@@ -309,49 +293,26 @@ class HttpStore(WriteRefusingStore):
                 redirect=False,
                 timeout=timeout,
             )
-            if response.status not in _REDIRECTS:
+            if response.status not in REDIRECTS:
                 return response
             location = response.headers.get("Location")
-            _finish(response, True)
-            target = self._redirect_target(key, action, url, response.status, location)
+            finish(response, True)
+            try:
+                target = redirect_target(url, response.status, location)
+            except Refused as e:
+                self._fail(action, key, str(e))
             if target in seen:
-                self._fail(action, key, f"redirect loop (back to {_shown(target)})")
+                self._fail(action, key, f"redirect loop (back to {shown(target)})")
             if hop == MAX_REDIRECTS:
                 self._fail(action, key, f"more than {MAX_REDIRECTS} redirects")
             seen.add(target)
             url = target
         raise AssertionError("unreachable")
 
-    def _redirect_target(
-        self, key: str, action: str, url: str, status: int, location: str | None
-    ) -> str:
-        """Where a redirect leads, if it may be followed: to http or https only, and
-        never from https down to http; to any host or port (a CDN, a signed URL),
-        but the root URL's credentials go to its own origin alone, and user info in
-        the Location is dropped."""
-        if not location or not location.strip():
-            self._fail(action, key, f"{_status(status)} without a Location")
-        target = urllib.parse.urlsplit(urllib.parse.urljoin(url, location.strip()))
-        scheme = target.scheme.lower()
-        shown = _shown(urllib.parse.urlunsplit(target))
-        if scheme not in ("http", "https"):
-            self._fail(action, key, f"redirect to {shown} refused: only http and https")
-        if scheme == "http" and urllib.parse.urlsplit(url).scheme.lower() == "https":
-            self._fail(action, key, f"redirect to {shown} refused: from https down to http")
-        try:
-            port_ok = target.port is None or target.port > 0
-        except ValueError:
-            port_ok = False
-        if not target.hostname or not port_ok:
-            self._fail(action, key, f"redirect to {shown} refused: not a URL")
-        netloc = target.netloc.rpartition("@")[2]
-        return urllib.parse.urlunsplit((scheme, netloc, target.path or "/", target.query, ""))
-
     def _refuse_encoding(self, key: str, response: urllib3.BaseHTTPResponse) -> None:
         """A body in a Content-Encoding (gzip, ...) is not the bytes as stored, and
         might inflate to any size: never decoded, refused."""
-        codings = response.headers.get("Content-Encoding", "").lower().split(",")
-        encoded = [c.strip() for c in codings if c.strip() not in ("", "identity")]
+        encoded = encodings(response.headers)
         if encoded:
             self._unexpected(key, response, f"a body in Content-Encoding {', '.join(encoded)}")
 
@@ -360,7 +321,7 @@ class HttpStore(WriteRefusingStore):
         raise StoreError(f"{action} {key!r} at {self._shown}: {reason}") from None
 
     def _unexpected(self, key: str, response: urllib3.BaseHTTPResponse, what: str) -> NoReturn:
-        self._fail("reading", key, f"{what} ({_status(response.status)})")
+        self._fail("reading", key, f"{what} ({status_text(response.status)})")
 
     def _head(self, key: str) -> urllib3.HTTPHeaderDict | None:
         def read(response: urllib3.BaseHTTPResponse) -> urllib3.HTTPHeaderDict:
@@ -378,13 +339,13 @@ class HttpStore(WriteRefusingStore):
         def read(response: urllib3.BaseHTTPResponse) -> bytes:
             if response.status != HTTPStatus.OK:
                 self._unexpected(key, response, "unexpected answer")
-            size = _length(response.headers)
+            size = body_length(response.headers)
             if size is not None and size > most:
                 # Refused from the header alone: the body is never read.
                 raise InvalidValueError(f"reading {key!r}: {size} bytes, more than {most}")
-            data = b"".join(_pieces(response, most + 1 if size is None else size))
+            data = b"".join(pieces(response, most + 1 if size is None else size))
             if size is not None and len(data) != size:
-                raise _Passing(f"{len(data)} of {size} bytes before the connection ended")
+                raise Passing(f"{len(data)} of {size} bytes before the connection ended")
             if len(data) > most:
                 raise InvalidValueError(f"reading {key!r}: more than {most} bytes")
             return data
@@ -452,12 +413,12 @@ class HttpStore(WriteRefusingStore):
         # A shorter range than there is to send would be a silently short read.
         if not right or (whole is not None and count != whole):
             self._unexpected(key, response, f"range {first}-{last} is not the one asked for")
-        size = _length(response.headers)
+        size = body_length(response.headers)
         if size is not None and size != count:  # one of the two headers lies
-            raise _Passing(f"a Content-Length of {size} for a range of {count} bytes")
-        data = b"".join(_pieces(response, count))  # at most what was asked for
+            raise Passing(f"a Content-Length of {size} for a range of {count} bytes")
+        data = b"".join(pieces(response, count))  # at most what was asked for
         if len(data) != count:
-            raise _Passing(f"{len(data)} of {count} bytes before the connection ended")
+            raise Passing(f"{len(data)} of {count} bytes before the connection ended")
         return data
 
     def _window(
@@ -467,7 +428,7 @@ class HttpStore(WriteRefusingStore):
         of a whole value sent by a server that ignored Range: what lies before it is
         read and dropped, what follows is not read at all, so memory stays bounded by
         ``length`` (and a piece). Nothing past ``SKIP_LIMIT`` bytes is read."""
-        size = _length(response.headers)
+        size = body_length(response.headers)
         if start < 0 and size is not None:
             start = max(size + start, 0)
         elif start < 0:
@@ -475,7 +436,7 @@ class HttpStore(WriteRefusingStore):
             # goes by (deleting a bytearray's head moves no memory).
             tail = bytearray()
             seen = 0
-            for piece in _pieces(response, SKIP_LIMIT + 1):
+            for piece in pieces(response, SKIP_LIMIT + 1):
                 seen += len(piece)
                 tail += piece
                 del tail[: max(len(tail) + start, 0)]
@@ -489,12 +450,12 @@ class HttpStore(WriteRefusingStore):
             self._unexpected(key, response, self._skipping(f"up to byte {end}"))
         kept = bytearray()
         position = 0
-        for piece in _pieces(response, end):
+        for piece in pieces(response, end):
             if position + len(piece) > start:
                 kept += piece[max(start - position, 0) :]
             position += len(piece)
         if size is not None and position != end:
-            raise _Passing(f"{position} of {size} bytes before the connection ended")
+            raise Passing(f"{position} of {size} bytes before the connection ended")
         return bytes(kept)
 
     @staticmethod
@@ -505,7 +466,7 @@ class HttpStore(WriteRefusingStore):
         headers = self._head(key)
         if headers is None:
             return None
-        size = _length(headers)
+        size = body_length(headers)
         if size is not None:
             return size
 
@@ -519,10 +480,10 @@ class HttpStore(WriteRefusingStore):
                 return int(match.group(3))
             if response.status != HTTPStatus.OK:
                 self._unexpected(key, response, "no size in the answer")
-            size = _length(response.headers)
+            size = body_length(response.headers)
             if size is not None:
                 return size
-            counted = sum(map(len, _pieces(response, SKIP_LIMIT + 1)))
+            counted = sum(map(len, pieces(response, SKIP_LIMIT + 1)))
             if counted > SKIP_LIMIT:
                 self._unexpected(key, response, self._skipping("of unknown length"))
             return counted
@@ -556,79 +517,3 @@ class HttpStore(WriteRefusingStore):
 
     def refusal(self) -> str:
         return f"{self._shown} is served over HTTP: read-only"
-
-
-def _pieces(response: urllib3.BaseHTTPResponse, most: int) -> Iterator[bytes]:
-    """The body as stored (never decoded) in pieces, until its end or ``most`` bytes;
-    each piece pushes the exchange's deadline back as a body at ``MIN_RATE`` would
-    need."""
-    exchange = httpwire.current()
-    left = most
-    while left > 0:
-        piece = response.read(min(left, _CHUNK), decode_content=False)
-        if not piece:
-            return
-        left -= len(piece)
-        if exchange is not None:
-            exchange.extend(len(piece) / MIN_RATE)
-        yield piece
-
-
-def _finish(response: urllib3.BaseHTTPResponse, ok: bool) -> None:
-    """Give the connection back: reused if the body is read (or the rest small),
-    closed if a large rest is unread or the exchange failed."""
-    if ok and not response.closed:
-        remaining = getattr(response, "length_remaining", None)
-        if remaining is not None and remaining <= _DRAIN:
-            response.drain_conn()
-        else:
-            ok = False
-    if not ok:
-        response.close()
-    httpwire.release(response.connection)
-    response.release_conn()
-
-
-def _length(headers: urllib3.HTTPHeaderDict) -> int | None:
-    """The body's length in bytes as stored, if the headers say it for sure."""
-    if headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity"):
-        return None
-    text = headers.get("Content-Length", "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
-def _status(status: int) -> str:
-    try:
-        return f"HTTP {status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
-
-
-def _reason(e: BaseException) -> str:
-    """A short cause of a network failure, without the URL urllib3 puts in its own."""
-    if isinstance(e, _Passing):
-        return str(e)
-    if isinstance(e, NewConnectionError):  # refused, unreachable, unknown name
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, OSError) and cause.strerror:
-            return f"cannot connect: {cause.strerror.lower()}"
-        return "cannot connect"
-    if isinstance(e, HTTPTimeoutError):
-        return "timed out"
-    if isinstance(e, SSLError):
-        detail = getattr(e.args[0] if e.args else None, "verify_message", None)
-        return f"TLS failure: {detail}" if detail else "TLS failure"
-    if isinstance(e, ProtocolError):
-        cause = e.args[1] if len(e.args) > 1 else None
-        if isinstance(cause, http.client.IncompleteRead):
-            return "connection cut mid-response"
-        if isinstance(cause, http.client.RemoteDisconnected):
-            return "connection closed without an answer"
-        if isinstance(cause, ConnectionResetError):
-            return "connection reset"
-        if isinstance(cause, http.client.LineTooLong):
-            return "malformed answer: a header line too long"
-        if isinstance(cause, http.client.HTTPException) and "headers" in str(cause):
-            return f"malformed answer: {cause}"  # "got more than 100 headers", ...
-        return "connection broken"
-    return type(e).__name__

@@ -12,6 +12,10 @@ connected; a TLS handshake in progress is bounded by the connect timeout alone.
 
 A connection takes part in the exchange of the thread that uses it (a thread-local
 set by ``watched``), so urllib3's pool needs no change beyond its connection classes.
+
+Also here: reading and giving back answers (``pieces``, ``finish``), what their
+headers say for sure, the redirect policy (``redirect_target``) and short reasons
+for failures, none of which know the store.
 """
 
 from __future__ import annotations
@@ -23,12 +27,21 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http import HTTPStatus
 from typing import Any
 
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3 import BaseHTTPResponse, HTTPConnectionPool, HTTPHeaderDict, HTTPSConnectionPool
 from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import NewConnectionError, ProtocolError, SSLError
+from urllib3.exceptions import TimeoutError as HTTPTimeoutError
+
+MIN_RATE = 1 << 20  # bytes a second: each MiB received pushes the deadline back 1 s
+PIECE = 1 << 20  # bodies are read this much at a time
+_DRAIN = 64 << 10  # an unread rest up to this is read to keep the connection alive
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class Exchange:
@@ -237,3 +250,140 @@ class _TLSPool(HTTPSConnectionPool):
 
 
 POOL_CLASSES = {"http": _Pool, "https": _TLSPool}
+
+
+# -- answers ----------------------------------------------------------------------------
+
+
+class Passing(Exception):
+    """A failure worth another try (a status, a body that is not what its headers
+    said; network errors are urllib3's own)."""
+
+
+RETRIED = (Passing, ProtocolError, HTTPTimeoutError)  # NewConnectionError is a timeout
+
+
+def pieces(response: BaseHTTPResponse, most: int) -> Iterator[bytes]:
+    """The body as stored (never decoded) in pieces, until its end or ``most`` bytes;
+    each piece pushes the exchange's deadline back as a body at ``MIN_RATE`` would
+    need."""
+    exchange = current()
+    left = most
+    while left > 0:
+        piece = response.read(min(left, PIECE), decode_content=False)
+        if not piece:
+            return
+        left -= len(piece)
+        if exchange is not None:
+            exchange.extend(len(piece) / MIN_RATE)
+        yield piece
+
+
+def finish(response: BaseHTTPResponse, ok: bool) -> None:
+    """Give the connection back: reused if the body is read (or the rest small),
+    closed if a large rest is unread or the exchange failed."""
+    if ok and not response.closed:
+        remaining = getattr(response, "length_remaining", None)
+        if remaining is not None and remaining <= _DRAIN:
+            response.drain_conn()
+        else:
+            ok = False
+    if not ok:
+        response.close()
+    release(response.connection)
+    response.release_conn()
+
+
+def encodings(headers: HTTPHeaderDict) -> list[str]:
+    """The Content-Encoding of a body, but identity."""
+    codings = headers.get("Content-Encoding", "").lower().split(",")
+    return [c.strip() for c in codings if c.strip() not in ("", "identity")]
+
+
+def body_length(headers: HTTPHeaderDict) -> int | None:
+    """The body's length in bytes as stored, if the headers say it for sure."""
+    if encodings(headers):
+        return None
+    text = headers.get("Content-Length", "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def status_text(status: int) -> str:
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def reason(e: BaseException) -> str:
+    """A short cause of a network failure, without the URL urllib3 puts in its own."""
+    if isinstance(e, Passing):
+        return str(e)
+    if isinstance(e, NewConnectionError):  # refused, unreachable, unknown name
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"cannot connect: {cause.strerror.lower()}"
+        return "cannot connect"
+    if isinstance(e, HTTPTimeoutError):
+        return "timed out"
+    if isinstance(e, SSLError):
+        detail = getattr(e.args[0] if e.args else None, "verify_message", None)
+        return f"TLS failure: {detail}" if detail else "TLS failure"
+    if isinstance(e, ProtocolError):
+        cause = e.args[1] if len(e.args) > 1 else None
+        if isinstance(cause, http.client.IncompleteRead):
+            return "connection cut mid-response"
+        if isinstance(cause, http.client.RemoteDisconnected):
+            return "connection closed without an answer"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset"
+        if isinstance(cause, http.client.LineTooLong):
+            return "malformed answer: a header line too long"
+        if isinstance(cause, http.client.HTTPException) and "headers" in str(cause):
+            return f"malformed answer: {cause}"  # "got more than 100 headers", ...
+        return "connection broken"
+    return type(e).__name__
+
+
+# -- redirects --------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """A redirect that is not followed; the message says where to and why."""
+
+
+def shown(url: str) -> str:
+    """The URL as messages show it: no user info, query string or fragment."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def origin(parts: urllib.parse.SplitResult) -> tuple[str, str, int]:
+    """Scheme, host and port: what credentials are sent to."""
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or ""), parts.port or (443 if scheme == "https" else 80)
+
+
+def redirect_target(url: str, status: int, location: str | None) -> str:
+    """Where the redirect ``status`` of ``url`` to ``location`` leads, if it may be
+    followed (else ``Refused``): to http or https only, never from https down to
+    http, and to any host or port (a CDN, a signed URL: the store sends its
+    credentials to their own origin alone); user info in the Location is dropped."""
+    if not location or not location.strip():
+        raise Refused(f"{status_text(status)} without a Location")
+    target = urllib.parse.urlsplit(urllib.parse.urljoin(url, location.strip()))
+    scheme = target.scheme.lower()
+    where = shown(urllib.parse.urlunsplit(target))
+    if scheme not in ("http", "https"):
+        raise Refused(f"redirect to {where} refused: only http and https")
+    if scheme == "http" and urllib.parse.urlsplit(url).scheme.lower() == "https":
+        raise Refused(f"redirect to {where} refused: from https down to http")
+    try:
+        port_ok = target.port is None or target.port > 0
+    except ValueError:
+        port_ok = False
+    if not target.hostname or not port_ok:
+        raise Refused(f"redirect to {where} refused: not a URL")
+    netloc = target.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((scheme, netloc, target.path or "/", target.query, ""))
