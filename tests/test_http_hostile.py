@@ -270,22 +270,23 @@ def test_credentials_stay_with_their_origin(
     http_server: HttpServer, other_server: HttpServer, value: bytes, stores: list[HttpStore]
 ) -> None:
     """Basic credentials of the root URL go to its scheme, host and port alone:
-    not to another port, nor to the same server under another host name."""
+    not to another port, nor to the same server under another host name; its
+    query string (a token) goes to its own keys alone."""
     (other_server.root / "w").write_bytes(value)
     http_server.redirects["/to-port"] = f"{other_server.url}w"
     http_server.redirects["/to-host"] = f"http://localhost:{http_server.port}/v"
     http_server.redirects["/home"] = "/v"
-    store = fast(f"http://user:secret@127.0.0.1:{http_server.port}/", stores)
+    store = fast(f"http://user:secret@127.0.0.1:{http_server.port}/?token=t0k3n", stores)
     for key in ("to-port", "to-host", "home"):
         assert store.get(key) == value, key
     sent = {r.path: r.authorization for r in http_server.requests}
-    assert sent["/to-port"] and sent["/to-host"] and sent["/home"]
-    assert [r.authorization for r in other_server.requests] == [None]
+    auth = sent["/to-port?token=t0k3n"]
+    assert auth and sent["/to-host?token=t0k3n"] == sent["/home?token=t0k3n"] == auth
+    assert [(r.path, r.authorization) for r in other_server.requests] == [("/w", None)]
     # /v was asked for twice: through "home" with them, through "localhost" without
-    assert sorted(str(r.authorization) for r in http_server.requests if r.path == "/v") == [
-        sent["/home"],
-        "None",
-    ]
+    assert sorted(str(r.authorization) for r in http_server.requests if r.path == "/v") == sorted(
+        [auth, "None"]
+    )
 
 
 def test_redirects_refused_in_one_line(

@@ -148,13 +148,14 @@ def current() -> Exchange | None:
 def watched(exchange: Exchange) -> Iterator[Exchange]:
     """Run this thread's requests of the block within ``exchange``'s deadline; the
     caller asks ``WATCHDOG.finish`` whether it expired before trusting a result."""
+    previous = current()
     _local.exchange = exchange
     WATCHDOG.start(exchange)
     try:
         yield exchange
     finally:
         WATCHDOG.finish(exchange)
-        _local.exchange = None
+        _local.exchange = previous
 
 
 def release(connection: HTTPConnection | None) -> None:
