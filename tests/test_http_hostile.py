@@ -78,7 +78,7 @@ def value(http_server: HttpServer) -> bytes:
     return data
 
 
-# -- time: every request ends within its budget (E1) ------------------------------------
+# -- time: every request ends within its budget ------------------------------------------
 
 
 @pytest.mark.parametrize("ignore_range", [False, True])
@@ -133,7 +133,7 @@ def test_a_steady_body_may_outlast_the_budget(
     assert time.monotonic() - began > 1.5
 
 
-# -- a server that ignores Range, with an endless body (E2) -----------------------------
+# -- a server that ignores Range, with an endless body -----------------------------------
 
 
 def test_an_endless_answer_to_a_range_request_is_bounded(
@@ -157,7 +157,7 @@ def test_an_endless_answer_to_a_range_request_is_bounded(
     assert all(r.body_bytes < 64 << 20 for r in http_server.settled(10))
 
 
-# -- Content-Length lies, bodies cut: store errors, tried again (E7) --------------------
+# -- Content-Length lies, bodies cut: store errors, tried again --------------------------
 
 
 @pytest.mark.parametrize("ignore_range", [False, True])
@@ -197,7 +197,7 @@ def test_a_content_length_longer_than_the_body_is_a_store_error(
     assert store.get("v") == value
 
 
-# -- encodings and headers --------------------------------------------------------------
+# -- encodings and headers ---------------------------------------------------------------
 
 
 def test_a_gzip_bomb_is_refused_undecoded(http_server: HttpServer, stores: list[HttpStore]) -> None:
@@ -233,7 +233,7 @@ def test_huge_headers_are_refused(
         assert f"malformed answer: {said}" in str(error), error
 
 
-# -- redirects (E8) ---------------------------------------------------------------------
+# -- redirects ---------------------------------------------------------------------------
 
 
 @pytest.fixture

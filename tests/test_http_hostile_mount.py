@@ -79,7 +79,7 @@ def assert_eio(outcome: bytes | OSError) -> None:
     assert isinstance(outcome, OSError) and outcome.errno == errno.EIO, outcome
 
 
-# -- slow servers (E1) ------------------------------------------------------------------
+# -- slow servers ------------------------------------------------------------------------
 
 
 def test_check_ends_within_the_default_budget(
@@ -128,7 +128,7 @@ def test_a_trickling_chunk_is_eio_in_bounded_time_then_heals(
     assert "Traceback" not in m.log()
 
 
-# -- a server ignoring Range with an endless body (E2) ----------------------------------
+# -- a server ignoring Range with an endless body ----------------------------------------
 
 
 def test_check_ends_when_shards_are_endless(http_server: HttpServer, store_url: str) -> None:
@@ -170,7 +170,7 @@ def test_the_daemon_ends_while_a_read_waits_on_an_endless_body(
     assert "Traceback" not in m.log()
 
 
-# -- a lying Content-Length is a store error, not a corrupt chunk (E7) ------------------
+# -- a lying Content-Length is a store error, not a corrupt chunk ------------------------
 
 
 def test_a_short_content_length_is_eio_and_the_next_read_succeeds(
@@ -193,7 +193,7 @@ def test_a_short_content_length_is_eio_and_the_next_read_succeeds(
     assert "Traceback" not in m.log()
 
 
-# -- redirects (E8) ---------------------------------------------------------------------
+# -- redirects ---------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -233,7 +233,7 @@ def test_a_redirect_out_of_http_fails_the_mount_in_one_line(
     assert not os.path.ismount(mountpoint)
 
 
-# -- a gzip bomb (E11) ------------------------------------------------------------------
+# -- a gzip bomb -------------------------------------------------------------------------
 
 
 def test_gzip_bombs_are_eio_in_little_memory(http_server: HttpServer, store_url: str) -> None:
