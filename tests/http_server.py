@@ -14,12 +14,18 @@ object store or a web server without autoindex answers), never a listing.
 
 ``serve(root)`` starts one more (e.g. with ``ignore_range=True``); each stops at
 the end of its ``with`` block or fixture.
+
+Hostile servers: ``hostile[path prefix] = mode`` makes every answer under that
+prefix misbehave as ``MODES`` says, and ``redirects[path] = location`` answers
+``redirect_status`` (302) with that Location.
 """
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
+import gzip
 import io
 import os
 import re
@@ -37,12 +43,33 @@ import pytest
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 _PIECE = 64 << 10  # bodies are written this much at a time, each piece counted
 
+# What a hostile path does (``HttpServer.hostile``); Range is honoured where not said.
+MODES = {
+    "endless": "200 and an endless chunked body of zeros, whatever the Range",
+    "trickle": "the right answer, its body one byte every ``trickle`` seconds",
+    "trickle_headers": "a status line, then a header one byte every ``trickle`` seconds",
+    "short_length": "a Content-Length ``length_error`` bytes short of the body sent",
+    "long_length": "a Content-Length ``length_error`` bytes past the body, then close",
+    "long_length_stall": "a Content-Length past the body, then silence, connection open",
+    "gzip_bomb": "200, Content-Encoding gzip, 4 MiB that inflate to 4 GiB, whatever the Range",
+    "huge_headers": "200 with 200 header fields of 1 KiB",
+    "huge_header_line": "200 with one header field of 128 KiB",
+}
+_OWN_ANSWERS = ("endless", "trickle_headers", "gzip_bomb")
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """Gzip members back to back (one stream to a decoder): 4 GiB of zeros."""
+    return gzip.compress(bytes(16 << 20), 9) * 256
+
 
 @dataclass
 class Request:
     method: str
     path: str  # with its query string
     range: str | None
+    authorization: str | None = None
     status: int = 0
     # Body bytes handed to the socket (counted before each write, taken back if it
     # fails); final once ``done`` is set.
@@ -62,8 +89,20 @@ class HttpServer:
     ignore_range: bool = False
     send_length: bool = True
     statuses: dict[str, int] = field(default_factory=dict)
+    # hostile: path prefix -> a mode of MODES (the longest prefix wins); redirects:
+    # path (query left out) -> Location, answered with redirect_status.
+    hostile: dict[str, str] = field(default_factory=dict)
+    redirects: dict[str, str] = field(default_factory=dict)
+    redirect_status: int = 302
+    trickle: float = 0.2  # seconds between the bytes of a trickling answer
+    length_error: int = 16  # bytes a lying Content-Length is off by
     requests: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def mode(self, path: str) -> str | None:
+        found = [prefix for prefix in self.hostile if path.startswith(prefix)]
+        return self.hostile[max(found, key=len)] if found else None
 
     @property
     def bytes_served(self) -> int:
@@ -123,7 +162,12 @@ class RangeHandler(SimpleHTTPRequestHandler):
         """This request's record, made when its answer is first decided: before any
         of it is sent, so a test never finds its answer ahead of its record."""
         if self._request is None:
-            self._request = Request(self.command, self.path, self.headers.get("Range"))
+            self._request = Request(
+                self.command,
+                self.path,
+                self.headers.get("Range"),
+                self.headers.get("Authorization"),
+            )
             with self.server.state.lock:
                 self.server.state.requests.append(self._request)
         return self._request
@@ -135,15 +179,27 @@ class RangeHandler(SimpleHTTPRequestHandler):
     def send_head(self) -> BinaryIO | None:  # type: ignore[override]
         state = self.server.state
         self._current()
-        status = state.statuses.get(self.path.partition("?")[0])
+        path = self.path.partition("?")[0]
+        status = state.statuses.get(path)
         if status is not None:
             self.send_error(status)
             return None
-        path = self.translate_path(self.path)
-        if not os.path.isfile(path):  # a directory too: no listing, no redirect
+        location = state.redirects.get(path)
+        if location is not None:
+            self.send_response(state.redirect_status)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        mode = state.mode(path)
+        if mode in _OWN_ANSWERS:
+            getattr(self, f"_{mode}")()
+            return None
+        local = self.translate_path(self.path)
+        if not os.path.isfile(local):  # a directory too: no listing, no redirect
             self.send_error(HTTPStatus.NOT_FOUND)
             return None
-        with open(path, "rb") as f:
+        with open(local, "rb") as f:
             st = os.fstat(f.fileno())
             size = st.st_size
             header = self.headers.get("Range")
@@ -159,8 +215,18 @@ class RangeHandler(SimpleHTTPRequestHandler):
             body = io.BytesIO(f.read(last - first + 1))
         self.send_response(HTTPStatus.PARTIAL_CONTENT if window else HTTPStatus.OK)
         self.send_header("Content-Type", "application/octet-stream")
+        length = last - first + 1
+        if mode == "short_length":
+            length = max(length - state.length_error, 0)
+        elif mode in ("long_length", "long_length_stall"):
+            length += state.length_error
+        if mode == "huge_headers":
+            for n in range(200):
+                self.send_header(f"X-Pad-{n}", "x" * 1024)
+        elif mode == "huge_header_line":
+            self.send_header("X-Pad", "x" * (128 << 10))
         if state.send_length:
-            self.send_header("Content-Length", str(last - first + 1))
+            self.send_header("Content-Length", str(length))
         else:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -175,15 +241,82 @@ class RangeHandler(SimpleHTTPRequestHandler):
         body = self.send_head()
         if body is None:
             return
+        state = self.server.state
+        mode = state.mode(self.path.partition("?")[0])
+        size = _PIECE
+        if mode == "trickle":
+            size = 1
+            self.wfile.flush()
+        if not self._write(body, size, state.trickle if mode == "trickle" else 0.0):
+            return
+        if mode == "long_length":
+            self.close_connection = True
+        elif mode == "long_length_stall":
+            self.wfile.flush()
+            state.stopping.wait(60)  # the client gives up first
+            self.close_connection = True
+
+    def _write(self, body: BinaryIO, size: int, pause: float) -> bool:
+        """Send ``body`` ``size`` bytes at a time, ``pause`` seconds apart; False
+        once the client is gone (or the server stops)."""
         request = self._current()
-        while piece := body.read(_PIECE):
+        while piece := body.read(size):
+            if pause and self.server.state.stopping.wait(pause):
+                self.close_connection = True
+                return False
             request.body_bytes += len(piece)
             try:
                 self.wfile.write(piece)
+                if pause:
+                    self.wfile.flush()
             except OSError:
                 request.body_bytes -= len(piece)
                 self.close_connection = True
+                return False
+        return True
+
+    # -- hostile answers of their own (MODES) -------------------------------------------
+
+    def _endless(self) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        if self.command == "HEAD":
+            return
+        chunk = b"%x\r\n" % _PIECE + bytes(_PIECE) + b"\r\n"
+        request = self._current()
+        while not self.server.state.stopping.is_set():
+            try:
+                self.wfile.write(chunk)
+            except OSError:
                 return
+            request.body_bytes += _PIECE
+
+    def _trickle_headers(self) -> None:
+        self.send_response_only(HTTPStatus.OK)
+        self.flush_headers()
+        self.close_connection = True
+        stopping = self.server.state.stopping
+        line = b"X-Slow: " + b"x" * 1000
+        while not stopping.wait(self.server.state.trickle):
+            try:
+                self.wfile.write(line[:1])
+                self.wfile.flush()
+            except OSError:
+                return
+            line = line[1:] + line[:1]
+
+    def _gzip_bomb(self) -> None:
+        bomb = gzip_bomb()
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(bomb)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self._write(io.BytesIO(bomb), _PIECE, 0.0)
 
     def do_HEAD(self) -> None:
         self.send_head()
@@ -235,6 +368,7 @@ def serve(root: Path, *, ignore_range: bool = False) -> Iterator[HttpServer]:
     try:
         yield state
     finally:
+        state.stopping.set()  # hostile answers in progress end too
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)

@@ -4,13 +4,25 @@
 HTTP cannot list a directory: only the root's documents and, through consolidated
 metadata, the rest of the hierarchy can be found (``listable = False``).
 
-The client is urllib3 (a thread-safe pool of kept-alive connections, no threads of
-its own, so a fork before first use is harmless). Every status, range and body is
-judged here rather than in the client: a server that ignores Range answers 200 and
-the whole value, of which only the asked-for window is kept (in bounded memory);
-404/410 are missing values, 401/403 EACCES, everything else EIO once passing
-failures (5xx, 429, reset or cut connections, timeouts) have been retried within a
-bounded time. Messages name the URL without its query string or user info.
+The client is urllib3 (a thread-safe pool of kept-alive connections); the deadlines
+of its exchanges are kept by zarrfs/stores/httpwire.py. Every status, range, body
+and redirect is judged here rather than in the client, because the server is
+hostile input (docs/semantics.md, "HTTP"):
+
+- every request, all its tries and their bodies included, ends within the retry
+  budget (10 s), pushed back one second per MiB received (``httpwire.MIN_RATE``),
+  so a server that trickles its answer cannot hold a read;
+- a server that ignores Range answers 200 and the whole value, of which only the
+  asked-for window is kept; it is read up to the window's end and never past
+  ``SKIP_LIMIT`` (an endless body is an error);
+- a body shorter or longer than its Content-Length, or cut, is a failed try (a
+  store error: the next read tries again), never a shorter value;
+- a body in a Content-Encoding is refused (the bytes as stored were asked for);
+- redirects are followed by the rules of ``httpwire.redirect_target``;
+- 404/410 are missing values, 401/403 EACCES, everything else EIO once passing
+  failures (5xx, 429, reset or cut connections, timeouts) have been retried.
+
+Messages name URLs without their query strings or user info.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from __future__ import annotations
 import base64
 import email.utils
 import errno
-import http.client
+import os
 import random
 import re
 import time
@@ -29,41 +41,53 @@ from http import HTTPStatus
 from typing import NoReturn, TypeVar
 
 import urllib3
-from urllib3.exceptions import (
-    HTTPError,
-    MaxRetryError,
-    NewConnectionError,
-    ProtocolError,
-    ResponseError,
-    SSLError,
-)
-from urllib3.exceptions import TimeoutError as HTTPTimeoutError
+from urllib3.exceptions import HTTPError
 
 from zarrfs import __version__
 from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.stores import httpwire
 from zarrfs.stores.base import Listing, WriteRefusingStore, check_ranges, resolve_range
+from zarrfs.stores.httpwire import (
+    REDIRECTS,
+    RETRIED,
+    Passing,
+    Refused,
+    body_length,
+    encodings,
+    finish,
+    origin,
+    pieces,
+    reason,
+    redirect_target,
+    shown,
+    status_text,
+)
 
 T = TypeVar("T")
 
 TRIES = 5  # of one request, the first included
-RETRY_BUDGET = 10.0  # seconds from the first try after which no other starts
+RETRY_BUDGET = 10.0  # seconds from the first try by which every try has ended
+BUDGET_VARIABLE = "ZARRFS_HTTP_RETRY_BUDGET"  # seconds, in place of RETRY_BUDGET
 CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 15.0  # of silence while waiting for the server, not of a whole body
+READ_TIMEOUT = 15.0  # of silence while waiting for the server, within the budget
 CONNECTIONS = 16  # kept alive per host: the fetch pool of a remote store is this wide
+MAX_REDIRECTS = 5  # followed by one request
+SKIP_LIMIT = 256 << 20  # most bytes of a 200 answer to a range request ever read
+BODY_LIMIT = 1 << 30  # most bytes of a whole value read for a caller without a limit
 _BACKOFF = (0.2, 3.0)  # first and longest pause between tries, before jitter
-_CHUNK = 1 << 20  # bodies of unknown length are read this much at a time
-_DRAIN = 64 << 10  # an unread rest up to this is read to keep the connection alive
 _MISSING = (HTTPStatus.NOT_FOUND, HTTPStatus.GONE)
 _DENIED = (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN)
 _PASSING = (408, 425, 429, 500, 502, 503, 504)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
-class _Passing(Exception):
-    """A failure worth another try (a status; network errors are urllib3's own)."""
-
-
-_RETRIED = (_Passing, ProtocolError, HTTPTimeoutError)  # NewConnectionError is a timeout
+def _budget() -> float:
+    """RETRY_BUDGET, or the environment's (tests shorten it for a daemon)."""
+    try:
+        value = float(os.environ.get(BUDGET_VARIABLE, ""))
+    except ValueError:
+        return RETRY_BUDGET
+    return value if 0 < value < 3600 else RETRY_BUDGET
 
 
 class HttpStore(WriteRefusingStore):
@@ -77,7 +101,7 @@ class HttpStore(WriteRefusingStore):
         url: str,
         *,
         tries: int = TRIES,
-        retry_budget: float = RETRY_BUDGET,
+        retry_budget: float | None = None,
         timeout: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
     ) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -92,26 +116,26 @@ class HttpStore(WriteRefusingStore):
         # Keys are appended to the root as a directory, whether or not it ended in "/".
         self._base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}/"
         self._query = f"?{parts.query}" if parts.query else ""
-        headers = {
+        self._origin = origin(parts)
+        self._headers = {
             # Ranges are of the bytes as stored: no compression on the way.
             "Accept-Encoding": "identity",
             "User-Agent": f"zarrfs/{__version__}",
         }
+        # Sent only to the root's own origin (scheme, host, port), never after a
+        # redirect elsewhere.
+        self._auth: str | None = None
         if parts.username is not None:
             user = urllib.parse.unquote(parts.username)
             password = urllib.parse.unquote(parts.password or "")
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            headers["Authorization"] = f"Basic {token}"
-        self._headers = headers
+            self._auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         self._tries = max(1, tries)
-        self._budget = retry_budget
+        self._budget = _budget() if retry_budget is None else retry_budget
         self._timeout = timeout
-        # total=False: errors come back at once for the loop below to judge; only
-        # redirects are followed by urllib3 (it drops Authorization across hosts).
-        self._retries = urllib3.Retry(total=False, redirect=5)
-        self._pool = urllib3.PoolManager(
-            num_pools=4, maxsize=CONNECTIONS, headers=headers, retries=self._retries
-        )
+        # No retries and no redirects in urllib3: errors and 3xx come back at once
+        # for the loops below to judge.
+        self._pool = urllib3.PoolManager(num_pools=4, maxsize=CONNECTIONS, retries=False)
+        self._pool.pool_classes_by_scheme = httpwire.POOL_CLASSES
 
     def describe(self) -> str:
         return self._shown
@@ -121,15 +145,24 @@ class HttpStore(WriteRefusingStore):
 
     def check(self) -> None:
         """Raise StoreError (one line) if no HTTP server answers at the root URL; any
-        answer, even 403 or 404 (a bucket that lists nothing), is one. No retries:
-        at mount time a wrong URL should fail at once."""
+        answer, even 403, 404 (a bucket that lists nothing) or a redirect, is one. No
+        retries: at mount time a wrong URL should fail at once."""
+        exchange = httpwire.Exchange(time.monotonic() + self._budget)
         try:
-            response = self._pool.request(
-                "HEAD", self._base + self._query, timeout=self._try_timeout(self._budget)
-            )
+            with httpwire.watched(exchange):
+                response = self._pool.request(
+                    "HEAD",
+                    self._base + self._query,
+                    headers=self._headers_for(self._base),
+                    redirect=False,
+                    timeout=self._try_timeout(self._budget),
+                )
+                finish(response, True)
         except HTTPError as e:
-            raise StoreError(f"cannot reach {self._shown}: {_reason(e)}") from None
-        response.release_conn()
+            why = "timed out" if exchange.expired else reason(e)
+            raise StoreError(f"cannot reach {self._shown}: {why}") from None
+        if exchange.expired:  # an answer cut short by the deadline is none
+            raise StoreError(f"cannot reach {self._shown}: timed out")
 
     # -- requests ----------------------------------------------------------------------
 
@@ -143,6 +176,12 @@ class HttpStore(WriteRefusingStore):
             return None
         path = "/".join(urllib.parse.quote(p, safe="") for p in parts)
         return self._base + path + self._query
+
+    def _headers_for(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {**self._headers, **(extra or {})}
+        if self._auth is not None and origin(urllib.parse.urlsplit(url)) == self._origin:
+            headers["Authorization"] = self._auth
+        return headers
 
     def _try_timeout(self, remaining: float) -> urllib3.Timeout:
         # A late try gets what is left of the budget (but a second at least).
@@ -160,7 +199,8 @@ class HttpStore(WriteRefusingStore):
     ) -> T | None:
         """``read(response)`` of the key's answer, tried again while failures pass,
         None for a missing key (or the root). ``read`` sees only statuses it must
-        judge (not 404, 401, 403 or a passing one) and may raise ``_Passing``."""
+        judge (not 404, 401, 403, a redirect or a passing one) and may raise
+        ``Passing``. Every try ends by the request's deadline (``RETRY_BUDGET``)."""
         url = self._url(key)
         if url is None:
             return None
@@ -168,52 +208,120 @@ class HttpStore(WriteRefusingStore):
         deadline = time.monotonic() + self._budget
         failure = ""
         for attempt in range(1, self._tries + 1):
+            # A late try gets a second at least.
+            exchange = httpwire.Exchange(max(deadline, time.monotonic() + 1.0))
             try:
-                response = self._pool.request(
-                    method,
-                    url,
-                    # Given headers replace the pool's defaults: both are sent.
-                    headers={**self._headers, **(headers or {})},
-                    preload_content=False,
-                    timeout=self._try_timeout(deadline - time.monotonic()),
-                )
-                ok = False
-                try:
-                    status = response.status
-                    if status in _MISSING:
-                        result = None
-                    elif status in _DENIED:
-                        raise StoreError(
-                            f"{action} {key!r} at {self._shown}: {_status(status)}", errno.EACCES
-                        )
-                    elif status in _PASSING:
-                        raise _Passing(_status(status))
-                    else:
-                        result = read(response)
-                    ok = True
+                with httpwire.watched(exchange):
+                    result = self._try(key, method, url, read, headers, deadline)
+                if not exchange.expired:
                     return result
-                finally:
-                    _finish(response, ok)
-            except _RETRIED as e:
-                failure = _reason(e)
-            except MaxRetryError as e:  # only redirects count as retries in urllib3
-                self._fail(action, key, _reason(e))
+                # What was read may have ended where the watchdog cut it.
+                failure = self._late()
+            except RETRIED as e:
+                failure = self._late() if exchange.expired else reason(e)
             except HTTPError as e:
-                self._fail(action, key, _reason(e))
+                if not exchange.expired:
+                    self._fail(action, key, reason(e))
+                failure = self._late()
             # Exponential backoff with full jitter, so that the many fetches of one
             # read that failed together do not come back together.
             pause = random.uniform(0, min(_BACKOFF[1], _BACKOFF[0] * 2 ** (attempt - 1)))
             if attempt == self._tries or time.monotonic() + pause >= deadline:
                 break
             time.sleep(pause)
-        self._fail(action, key, f"{failure} ({attempt} tries)")
+        self._fail(action, key, f"{failure} ({attempt} {'try' if attempt == 1 else 'tries'})")
+
+    def _late(self) -> str:
+        return f"timed out: no whole answer within {self._budget:g} s"
+
+    def _try(
+        self,
+        key: str,
+        method: str,
+        url: str,
+        read: Callable[[urllib3.BaseHTTPResponse], T],
+        headers: dict[str, str] | None,
+        deadline: float,
+    ) -> T | None:
+        action = "reading" if method == "GET" else "looking up"
+        timeout = self._try_timeout(deadline - time.monotonic())
+        response = self._send(key, action, method, url, headers, timeout)
+        ok = False
+        try:
+            status = response.status
+            if status in _MISSING:
+                result = None
+            elif status in _DENIED:
+                raise StoreError(
+                    f"{action} {key!r} at {self._shown}: {status_text(status)}", errno.EACCES
+                )
+            elif status in _PASSING:
+                raise Passing(status_text(status))
+            else:
+                if method == "GET":
+                    self._refuse_encoding(key, response)
+                result = read(response)
+                exchange = httpwire.current()
+                if exchange is not None and exchange.overrun:
+                    raise Passing("a body longer than its Content-Length")
+            ok = True
+            return result
+        finally:
+            finish(response, ok)
+
+    def _send(
+        self,
+        key: str,
+        action: str,
+        method: str,
+        url: str,
+        headers: dict[str, str] | None,
+        timeout: urllib3.Timeout,
+    ) -> urllib3.BaseHTTPResponse:
+        """The answer to ``method`` at ``url``, redirects followed."""
+        seen = {url}
+        for hop in range(MAX_REDIRECTS + 1):
+            exchange = httpwire.current()
+            if exchange is not None:
+                exchange.overrun = False  # of this answer only
+            response = self._pool.request(
+                method,
+                url,
+                headers=self._headers_for(url, headers),
+                preload_content=False,
+                decode_content=False,
+                redirect=False,
+                timeout=timeout,
+            )
+            if response.status not in REDIRECTS:
+                return response
+            location = response.headers.get("Location")
+            finish(response, True)
+            try:
+                target = redirect_target(url, response.status, location)
+            except Refused as e:
+                self._fail(action, key, str(e))
+            if target in seen:
+                self._fail(action, key, f"redirect loop (back to {shown(target)})")
+            if hop == MAX_REDIRECTS:
+                self._fail(action, key, f"more than {MAX_REDIRECTS} redirects")
+            seen.add(target)
+            url = target
+        raise AssertionError("unreachable")
+
+    def _refuse_encoding(self, key: str, response: urllib3.BaseHTTPResponse) -> None:
+        """A body in a Content-Encoding (gzip, ...) is not the bytes as stored, and
+        might inflate to any size: never decoded, refused."""
+        encoded = encodings(response.headers)
+        if encoded:
+            self._unexpected(key, response, f"a body in Content-Encoding {', '.join(encoded)}")
 
     def _fail(self, action: str, key: str, reason: str) -> NoReturn:
         # from None: urllib3's own messages carry the URL with its query string.
         raise StoreError(f"{action} {key!r} at {self._shown}: {reason}") from None
 
     def _unexpected(self, key: str, response: urllib3.BaseHTTPResponse, what: str) -> NoReturn:
-        self._fail("reading", key, f"{what} ({_status(response.status)})")
+        self._fail("reading", key, f"{what} ({status_text(response.status)})")
 
     def _head(self, key: str) -> urllib3.HTTPHeaderDict | None:
         def read(response: urllib3.BaseHTTPResponse) -> urllib3.HTTPHeaderDict:
@@ -226,18 +334,20 @@ class HttpStore(WriteRefusingStore):
     # -- reading -----------------------------------------------------------------------
 
     def get(self, key: str, *, limit: int | None = None) -> bytes | None:
+        most = BODY_LIMIT if limit is None else limit
+
         def read(response: urllib3.BaseHTTPResponse) -> bytes:
             if response.status != HTTPStatus.OK:
                 self._unexpected(key, response, "unexpected answer")
-            size = _length(response.headers)
-            if limit is not None and size is not None and size > limit:
+            size = body_length(response.headers)
+            if size is not None and size > most:
                 # Refused from the header alone: the body is never read.
-                raise InvalidValueError(f"reading {key!r}: {size} bytes, more than {limit}")
-            if size is not None:
-                return response.read(size)  # one buffer; a short body raises ProtocolError
-            data = b"".join(_chunks(response, limit + 1 if limit is not None else None))
-            if limit is not None and len(data) > limit:
-                raise InvalidValueError(f"reading {key!r}: more than {limit} bytes")
+                raise InvalidValueError(f"reading {key!r}: {size} bytes, more than {most}")
+            data = b"".join(pieces(response, most + 1 if size is None else size))
+            if size is not None and len(data) != size:
+                raise Passing(f"{len(data)} of {size} bytes before the connection ended")
+            if len(data) > most:
+                raise InvalidValueError(f"reading {key!r}: more than {most} bytes")
             return data
 
         return self._request(key, "GET", read)
@@ -278,7 +388,7 @@ class HttpStore(WriteRefusingStore):
             if response.status == HTTPStatus.PARTIAL_CONTENT:
                 return self._partial(key, response, start, length)
             if response.status == HTTPStatus.OK:
-                return _window(response, start, length)
+                return self._window(key, response, start, length)
             self._unexpected(key, response, "unexpected answer to a range request")
 
         return self._request(key, "GET", read, {"Range": header})
@@ -289,7 +399,7 @@ class HttpStore(WriteRefusingStore):
         """The body of a 206 answer to the range ``start``/``length`` (a suffix range
         when ``start`` < 0), checked to be that range."""
         match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
-        if match is None or response.headers.get("Content-Encoding", "identity") != "identity":
+        if match is None:
             self._unexpected(key, response, "a partial answer without a plain single range")
         first, last = int(match.group(1)), int(match.group(2))
         total = None if match.group(3) == "*" else int(match.group(3))
@@ -303,19 +413,60 @@ class HttpStore(WriteRefusingStore):
         # A shorter range than there is to send would be a silently short read.
         if not right or (whole is not None and count != whole):
             self._unexpected(key, response, f"range {first}-{last} is not the one asked for")
-        size = _length(response.headers)
-        if size is not None and size != count:
-            self._unexpected(key, response, f"{size} bytes for a range of {count}")
-        data = response.read(count)  # at most what was asked for, in one buffer
+        size = body_length(response.headers)
+        if size is not None and size != count:  # one of the two headers lies
+            raise Passing(f"a Content-Length of {size} for a range of {count} bytes")
+        data = b"".join(pieces(response, count))  # at most what was asked for
         if len(data) != count:
-            raise _Passing(f"{len(data)} of {count} bytes before the connection ended")
+            raise Passing(f"{len(data)} of {count} bytes before the connection ended")
         return data
+
+    def _window(
+        self, key: str, response: urllib3.BaseHTTPResponse, start: int, length: int
+    ) -> bytes:
+        """The window ``start``/``length`` (a suffix when ``start`` < 0, wanted whole)
+        of a whole value sent by a server that ignored Range: what lies before it is
+        read and dropped, what follows is not read at all, so memory stays bounded by
+        ``length`` (and a piece). Nothing past ``SKIP_LIMIT`` bytes is read."""
+        size = body_length(response.headers)
+        if start < 0 and size is not None:
+            start = max(size + start, 0)
+        elif start < 0:
+            # A suffix of a body of unknown length: the last -start bytes, kept as it
+            # goes by (deleting a bytearray's head moves no memory).
+            tail = bytearray()
+            seen = 0
+            for piece in pieces(response, SKIP_LIMIT + 1):
+                seen += len(piece)
+                tail += piece
+                del tail[: max(len(tail) + start, 0)]
+            if seen > SKIP_LIMIT:
+                self._unexpected(key, response, self._skipping("of unknown length"))
+            return bytes(tail)
+        if size is not None and start >= size:
+            return b""
+        end = start + length if size is None else min(start + length, size)
+        if end > SKIP_LIMIT:
+            self._unexpected(key, response, self._skipping(f"up to byte {end}"))
+        kept = bytearray()
+        position = 0
+        for piece in pieces(response, end):
+            if position + len(piece) > start:
+                kept += piece[max(start - position, 0) :]
+            position += len(piece)
+        if size is not None and position != end:
+            raise Passing(f"{position} of {size} bytes before the connection ended")
+        return bytes(kept)
+
+    @staticmethod
+    def _skipping(what: str) -> str:
+        return f"Range ignored, and the whole value {what} is more than {SKIP_LIMIT} bytes"
 
     def size(self, key: str) -> int | None:
         headers = self._head(key)
         if headers is None:
             return None
-        size = _length(headers)
+        size = body_length(headers)
         if size is not None:
             return size
 
@@ -329,8 +480,13 @@ class HttpStore(WriteRefusingStore):
                 return int(match.group(3))
             if response.status != HTTPStatus.OK:
                 self._unexpected(key, response, "no size in the answer")
-            size = _length(response.headers)
-            return sum(map(len, _chunks(response, None))) if size is None else size
+            size = body_length(response.headers)
+            if size is not None:
+                return size
+            counted = sum(map(len, pieces(response, SKIP_LIMIT + 1)))
+            if counted > SKIP_LIMIT:
+                self._unexpected(key, response, self._skipping("of unknown length"))
+            return counted
 
         return self._request(key, "GET", read, {"Range": "bytes=0-0"})
 
@@ -361,102 +517,3 @@ class HttpStore(WriteRefusingStore):
 
     def refusal(self) -> str:
         return f"{self._shown} is served over HTTP: read-only"
-
-
-def _window(response: urllib3.BaseHTTPResponse, start: int, length: int) -> bytes:
-    """The window ``start``/``length`` (a suffix when ``start`` < 0, wanted whole)
-    of a whole value sent by a server that ignored Range: what lies before it is
-    read and dropped, what follows is not read at all, so memory stays bounded by
-    ``length`` (and a piece)."""
-    size = _length(response.headers)
-    if start < 0 and size is not None:
-        start = max(size + start, 0)
-    elif start < 0:
-        # A suffix of a body of unknown length: the last -start bytes, kept as it
-        # goes by (deleting a bytearray's head moves no memory).
-        tail = bytearray()
-        for chunk in _chunks(response, None):
-            tail += chunk
-            del tail[: max(len(tail) + start, 0)]
-        return bytes(tail)
-    kept = bytearray()
-    position = 0
-    if size is None or start < size:
-        for chunk in _chunks(response, None):
-            if position + len(chunk) > start:
-                kept += chunk[max(start - position, 0) :]
-                if len(kept) >= length:
-                    break
-            position += len(chunk)
-    return bytes(kept[:length])
-
-
-def _chunks(response: urllib3.BaseHTTPResponse, most: int | None) -> Iterator[bytes]:
-    """The body in pieces until its end or ``most`` bytes."""
-    left = most
-    while left is None or left > 0:
-        piece = response.read(_CHUNK if left is None else min(left, _CHUNK))
-        if not piece:
-            return
-        if left is not None:
-            left -= len(piece)
-        yield piece
-
-
-def _finish(response: urllib3.BaseHTTPResponse, ok: bool) -> None:
-    """Give the connection back: reused if the body is read (or the rest small),
-    closed if a large rest is unread or the exchange failed."""
-    if ok and not response.closed:
-        remaining = getattr(response, "length_remaining", None)
-        if remaining is not None and remaining <= _DRAIN:
-            response.drain_conn()
-        else:
-            ok = False
-    if not ok:
-        response.close()
-    response.release_conn()
-
-
-def _length(headers: urllib3.HTTPHeaderDict) -> int | None:
-    """The body's length in bytes as stored, if the headers say it for sure."""
-    if headers.get("Content-Encoding", "identity") != "identity":
-        return None
-    text = headers.get("Content-Length", "")
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
-def _status(status: int) -> str:
-    try:
-        return f"HTTP {status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
-
-
-def _reason(e: BaseException) -> str:
-    """A short cause of a network failure, without the URL urllib3 puts in its own."""
-    if isinstance(e, _Passing):
-        return str(e)
-    if isinstance(e, MaxRetryError):
-        if e.reason is None or isinstance(e.reason, ResponseError):
-            return "too many redirects"
-        return _reason(e.reason)
-    if isinstance(e, NewConnectionError):  # refused, unreachable, unknown name
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, OSError) and cause.strerror:
-            return f"cannot connect: {cause.strerror.lower()}"
-        return "cannot connect"
-    if isinstance(e, HTTPTimeoutError):
-        return "timed out"
-    if isinstance(e, SSLError):
-        detail = getattr(e.args[0] if e.args else None, "verify_message", None)
-        return f"TLS failure: {detail}" if detail else "TLS failure"
-    if isinstance(e, ProtocolError):
-        cause = e.args[1] if len(e.args) > 1 else None
-        if isinstance(cause, http.client.IncompleteRead):
-            return "connection cut mid-response"
-        if isinstance(cause, http.client.RemoteDisconnected):
-            return "connection closed without an answer"
-        if isinstance(cause, ConnectionResetError):
-            return "connection reset"
-        return "connection broken"
-    return type(e).__name__
