@@ -6,6 +6,19 @@ chunk; where the root holds consolidated metadata, it alone lists the hierarchy.
 Which keys to read and what they mean is formats/hierarchy.py's business: this
 module knows no format. Loading does store I/O and runs in worker threads; one lock
 serialises it.
+
+Memory. A directory keeps what names it (``DirNode``: a few slots, the names of a
+group's children); what it is (its parsed metadata, its documents as shown, an
+array's state and its files: ``_Loaded``) is loaded on first use. Listed from
+consolidated metadata, a node's ``_Loaded`` is made again from the document
+whenever asked, so only the most recently used ones are kept (``MAX_LOADED_NODES``,
+``MAX_LOADED_BYTES`` of documents); listed from the store, it is kept for the
+mount's lifetime (loading it again would read the store again, and could differ).
+Kept for good as well: the root, an array written through the mount (its
+documents may have changed since the document listed it), and a node whose loading
+logged something (it would log it again). An array's state is never made twice:
+while anything holds it (an open file, unflushed chunks, another array's header
+using it as a coordinate), loading its node again finds it.
 """
 
 from __future__ import annotations
@@ -14,7 +27,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from zarrfs.core.arrays import ArrayState
@@ -30,33 +45,89 @@ from zarrfs.views.control import CONTROL_NAME, control_views
 from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView
-from zarrfs.views.sidecars import sidecar_views
+from zarrfs.views.sidecars import HDR_NAME, sidecar_views
 
 log = logging.getLogger(__name__)
 
 RAW_NAME = "array.raw"
 NPY_NAME = "array.npy"
 
+# The nodes listed from consolidated metadata whose parsed metadata, documents and
+# files are kept at once (docs/semantics.md, "Limits and hostile input"): the
+# bench's 10 000 arrays, and their groups, fit, so each listing pass loads them once.
+MAX_LOADED_NODES = 16_384
+MAX_LOADED_BYTES = 8 << 20  # of their documents as shown
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)
 class FileNode:
     name: str
     view: View
     mtime: float
+    parent: DirNode | None = field(default=None, repr=False)
+    index: int = 0  # its position among the parent's entries (sorted by name)
 
 
-@dataclass(eq=False)
+class _Loaded:
+    """What a directory is, loaded from its documents."""
+
+    __slots__ = ("documents", "entries", "meta", "order", "state", "weight")
+
+    def __init__(self, meta: NodeMeta, documents: dict[str, bytes], state: ArrayState | None):
+        self.meta = meta
+        self.documents = documents  # shared with the array state, which may rewrite them
+        self.state = state  # arrays with flat views
+        self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
+        self.order: tuple[Node, ...] = ()  # the entries by position
+        self.weight = sum(len(d) for d in documents.values())
+
+
 class DirNode:
-    name: str
-    meta: NodeMeta
-    mtime: float
-    documents: dict[str, bytes]
-    state: ArrayState | None = field(default=None, repr=False)  # arrays with flat views
-    entries: dict[str, Node] | None = field(default=None, repr=False)
+    """A group or array directory: what names it; the rest is loaded by its tree."""
+
+    __slots__ = (
+        "_children",
+        "_coordinates",
+        "_held",
+        "_tree",
+        "first_inode",
+        "index",
+        "mtime",
+        "name",
+        "parent",
+    )
+
+    def __init__(self, tree: Tree, parent: DirNode | None, name: str, mtime: float) -> None:
+        self.name = name
+        self.parent = parent
+        self.index = 0  # its position among the parent's entries (sorted by name)
+        self.mtime = mtime
+        self.first_inode = 0  # the inode of its first entry (fuse/inodes.py); 0: none yet
+        self._tree = tree
+        self._held: _Loaded | None = None  # kept for good (else the tree's recent ones)
+        self._children: dict[str, DirNode] | None = None  # a group's, once listed
+        self._coordinates: object = None  # an array's header coordinates, once listed
+
+    def __repr__(self) -> str:
+        return f"DirNode({self.path or '/'!r})"
 
     @property
     def path(self) -> str:
-        return self.meta.path
+        if self.parent is None:
+            return ""
+        return join_key(self.parent.path, self.name)
+
+    @property
+    def meta(self) -> NodeMeta:
+        return self._tree.loaded_node(self).meta
+
+    @property
+    def documents(self) -> dict[str, bytes]:
+        return self._tree.loaded_node(self).documents
+
+    @property
+    def state(self) -> ArrayState | None:
+        return self._tree.loaded_node(self).state
 
     @property
     def is_array(self) -> bool:
@@ -64,6 +135,7 @@ class DirNode:
 
 
 Node = DirNode | FileNode
+_NO_COORDINATES = object()  # listed: its header has none
 
 
 def read_root_keys(
@@ -117,6 +189,33 @@ def node_documents(
     return docs
 
 
+class _Said(logging.Filter):
+    """Counts, per thread, the records formats/ logs (never filters one out): a
+    node whose loading logged something is kept, so it does not log it again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self._local.count = self.count() + 1
+        return True
+
+    def count(self) -> int:
+        return getattr(self._local, "count", 0)
+
+
+_SAID = _Said()
+
+
+@functools.cache
+def _listen_to_formats() -> None:
+    # A filter sees the records of its own logger only: every module's logger.
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("zarrfs.formats.") and isinstance(logger, logging.Logger):
+            logger.addFilter(_SAID)
+
+
 class Tree:
     control: DirNode | None = None  # .zarrfs/ at the root, on mounts (show_control)
 
@@ -128,10 +227,11 @@ class Tree:
         *,
         consolidated: bool = True,
     ) -> None:
+        _listen_to_formats()
         self.store = store
         self.cache = cache
         self.writeback = writeback
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # loading an array may load its siblings
         # Set when the hierarchy is listed from consolidated metadata alone.
         self.consolidated: Listing | None = None
         self._consolidated_mtime: float | None = None
@@ -140,6 +240,14 @@ class Tree:
         self._root_reads: dict[str, bytes | None] = {}
         self._root_extra: dict[str, bytes] = {}
         self._loaded_at = time.time()
+        # Nodes loaded from consolidated metadata, least recently used first, and
+        # the weight of their documents.
+        self._recent: OrderedDict[DirNode, _Loaded] = OrderedDict()
+        self._recent_bytes = 0
+        # Their array states, while anything holds them.
+        self._states: weakref.WeakValueDictionary[DirNode, ArrayState] = (
+            weakref.WeakValueDictionary()
+        )
         source = self._read_root()
         if consolidated and source is not None:
             self._open_consolidated(*source)
@@ -171,7 +279,7 @@ class Tree:
             self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
     def _load_root(self) -> DirNode:
-        node = self._load_node("", "")
+        node = self._new_node(None, "")
         if node is None:
             raise MetadataError(f"{self.store.describe()}: no Zarr group or array metadata found")
         return node
@@ -179,12 +287,15 @@ class Tree:
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
         return node_documents(self.store, self.consolidated, self._root_reads, path, names)
 
-    def _load_node(self, path: str, name: str) -> DirNode | None:
-        """Classify the store directory ``path``; ``None`` if it is no Zarr node.
+    def _new_node(self, parent: DirNode | None, name: str) -> DirNode | None:
+        """Classify the store directory ``name`` in ``parent`` (None: the root);
+        ``None`` if it is no Zarr node.
 
         Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
         node is hidden with one log line and the rest of the tree stays usable.
         """
+        path = join_key(parent.path, name) if parent is not None else ""
+        said = _SAID.count()
         try:
             found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
         except (MetadataError, StoreError) as e:
@@ -208,13 +319,68 @@ class Tree:
             docs.update(self._root_extra)
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
-        return DirNode(
-            name=name,
-            meta=meta,
-            mtime=self._mtime(path, docs),
-            documents=docs,
-            state=self._state(meta, docs),
-        )
+        node = DirNode(self, parent, name, self._mtime(path, docs))
+        loaded = self._make_loaded(node, meta, docs)
+        if self.consolidated is None or not path or _SAID.count() != said:
+            node._held = loaded
+        else:
+            self._remember(node, loaded)
+        return node
+
+    def _make_loaded(self, node: DirNode, meta: NodeMeta, docs: dict[str, bytes]) -> _Loaded:
+        state = None
+        if isinstance(meta, ArrayMeta) and meta.unsupported is None:
+            state = ArrayState(meta, docs, self.cache, self.writeback)
+            if self.consolidated is not None:
+                self._states[node] = state
+        return _Loaded(meta, docs, state)
+
+    def _reload(self, node: DirNode) -> _Loaded:
+        """What a node listed from consolidated metadata is, again: its state where
+        something still holds it, else parsed again from the document (which made
+        it once already, logging what it had to say)."""
+        state = self._states.get(node)
+        if state is not None:
+            return _Loaded(state.meta, state.documents, state)
+        path = node.path
+        found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
+        if found is None:  # it was a node: the document has not changed
+            raise MetadataError(f"{path}: no longer a node")
+        return self._make_loaded(node, found.meta, dict(found.documents))
+
+    def loaded_node(self, node: DirNode) -> _Loaded:
+        """What ``node`` is: kept, recently used, or loaded again."""
+        held = node._held
+        if held is not None:
+            return held
+        with self._lock:
+            loaded = self._recent.get(node)
+            if loaded is not None:
+                self._recent.move_to_end(node)
+                return loaded
+            loaded = self._reload(node)
+            self._remember(node, loaded)
+            return loaded
+
+    def _remember(self, node: DirNode, loaded: _Loaded) -> None:
+        with self._lock:
+            self._recent[node] = loaded
+            self._recent_bytes += loaded.weight
+            while len(self._recent) > 1 and (
+                len(self._recent) > MAX_LOADED_NODES or self._recent_bytes > MAX_LOADED_BYTES
+            ):
+                _, dropped = self._recent.popitem(last=False)
+                self._recent_bytes -= dropped.weight
+
+    def pin(self, node: DirNode) -> None:
+        """Keep what ``node`` is for good: an array about to be written (a resize
+        changes its documents, which the consolidated document would not show)."""
+        if node._held is not None:
+            return
+        with self._lock:
+            node._held = self.loaded_node(node)
+            if self._recent.pop(node, None) is not None:
+                self._recent_bytes -= node._held.weight
 
     def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
         if self.consolidated is not None and self._consolidated_mtime is not None:
@@ -224,48 +390,64 @@ class Tree:
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
         return max((m for m in mtimes if m is not None), default=time.time())
 
-    def _state(self, meta: NodeMeta, docs: dict[str, bytes]) -> ArrayState | None:
-        if isinstance(meta, ArrayMeta) and meta.unsupported is None:
-            return ArrayState(meta, docs, self.cache, self.writeback)
-        return None
+    # -- entries ------------------------------------------------------------------------
 
     @staticmethod
-    def _document_entries(node: DirNode) -> dict[str, Node]:
+    def _document_entries(node: DirNode, loaded: _Loaded) -> dict[str, Node]:
         return {
-            name: FileNode(name, DocumentView(node.documents, name), node.mtime)
-            for name in node.documents
+            name: FileNode(name, DocumentView(loaded.documents, name), node.mtime, node)
+            for name in loaded.documents
         }
 
-    def _array_entries(self, node: DirNode) -> dict[str, Node]:
-        entries = self._document_entries(node)
-        if node.state is not None:
-            entries[RAW_NAME] = FileNode(RAW_NAME, RawView(node.state), node.mtime)
-            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(node.state), node.mtime)
-            sibling = functools.partial(self._sibling_array, node)
-            for name, view in sidecar_views(node.state, sibling).items():
-                entries[name] = FileNode(name, view, node.mtime)
-        assert isinstance(node.meta, ArrayMeta)
-        info = InfoView(node.meta, node.documents, node.state, self.store)
-        entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime)
+    def _array_entries(self, node: DirNode, loaded: _Loaded) -> dict[str, Node]:
+        entries = self._document_entries(node, loaded)
+        state = loaded.state
+        if state is not None:
+            entries[RAW_NAME] = FileNode(RAW_NAME, RawView(state), node.mtime, node)
+            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(state), node.mtime, node)
+            entries.update(
+                (name, FileNode(name, view, node.mtime, node))
+                for name, view in self._sidecar_views(node, state).items()
+            )
+        assert isinstance(loaded.meta, ArrayMeta)
+        info = InfoView(loaded.meta, loaded.documents, state, self.store)
+        entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
         return entries
+
+    def _sidecar_views(self, node: DirNode, state: ArrayState) -> dict[str, View]:
+        """The headers, with the coordinates settled when the array was first listed
+        (which siblings they are, from metadata alone: a sibling resized since then
+        makes its header show no map info, as it always did)."""
+        if node._coordinates is None:
+            views = sidecar_views(state, functools.partial(self._sibling_array, node))
+            found = getattr(views.get(HDR_NAME), "coordinates", None)
+            node._coordinates = _NO_COORDINATES if found is None else found
+            return views
+        views = sidecar_views(state, lambda name: None)
+        header = views.get(HDR_NAME)
+        if header is not None and node._coordinates is not _NO_COORDINATES:
+            header.coordinates = node._coordinates  # type: ignore[attr-defined]
+        return views
 
     def _sibling_array(self, node: DirNode, name: str) -> ArrayState | None:
         """The array ``name`` beside ``node`` in its group (where xarray keeps
-        coordinates), from entries already loaded: the parent was listed to reach it."""
-        parent: Node | None = self.root if node.path else None
-        for part in [*node.path.split("/")[:-1], name]:
-            loaded = parent.entries if isinstance(parent, DirNode) else None
-            parent = loaded.get(part) if loaded is not None else None
-        return parent.state if isinstance(parent, DirNode) and parent is not node else None
+        coordinates), from the group's children: the parent was listed to reach it."""
+        children = node.parent._children if node.parent is not None else None
+        sibling = children.get(name) if children is not None else None
+        return sibling.state if sibling is not None and sibling is not node else None
 
-    def _group_entries(self, node: DirNode) -> dict[str, Node]:
-        entries = self._document_entries(node)
-        for child in self._child_names(node.path):
-            if child in entries:
-                continue
-            loaded = self._load_node(join_key(node.path, child), child)
-            if loaded is not None:
-                entries[child] = loaded
+    def _group_entries(self, node: DirNode, loaded: _Loaded) -> dict[str, Node]:
+        entries = self._document_entries(node, loaded)
+        if node._children is None:
+            children = {}
+            for child in self._child_names(node.path):
+                if child in entries:
+                    continue
+                made = self._new_node(node, child)
+                if made is not None:
+                    children[child] = made
+            node._children = children
+        entries.update(node._children)
         return entries
 
     def _child_names(self, path: str) -> tuple[str, ...]:
@@ -280,12 +462,17 @@ class Tree:
     def show_control(self) -> None:
         """Show the control directory (views/control.py) at the root, as a mount does
         (``zarrfs tree`` and tests of the tree do not); before the root is listed."""
-        assert self.root.entries is None, "the root is listed already"
+        assert self.root._children is None, "the root is listed already"
         now = time.time()
         files = control_views(self.cache, self.writeback, self.store)
-        entries: dict[str, Node] = {n: FileNode(n, v, now) for n, v in sorted(files.items())}
-        meta = GroupMeta(CONTROL_NAME, 0, ())
-        self.control = DirNode(CONTROL_NAME, meta, now, {}, entries=entries)
+        control = DirNode(self, self.root, CONTROL_NAME, now)
+        control._held = _Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
+        control._children = {}
+        _listed(
+            control._held,
+            {n: FileNode(n, v, now, control) for n, v in sorted(files.items())},
+        )
+        self.control = control
 
     def _add_control(self, node: DirNode, loaded: dict[str, Node]) -> None:
         if node is not self.root or self.control is None:
@@ -295,18 +482,28 @@ class Tree:
             log.warning("hiding the store's %s: zarrfs's control directory", CONTROL_NAME)
         loaded[CONTROL_NAME] = self.control
 
-    def entries(self, node: DirNode) -> dict[str, Node]:
-        """The directory's children by name, sorted (blocking on first call)."""
-        if node.entries is None:
+    def _listed(self, node: DirNode) -> _Loaded:
+        loaded = self.loaded_node(node)
+        if loaded.entries is None:
             with self._lock:
-                if node.entries is None:
-                    if isinstance(node.meta, ArrayMeta):
-                        loaded = self._array_entries(node)
+                if loaded.entries is None:
+                    if isinstance(loaded.meta, ArrayMeta):
+                        entries = self._array_entries(node, loaded)
                     else:
-                        loaded = self._group_entries(node)
-                    self._add_control(node, loaded)
-                    node.entries = dict(sorted(loaded.items()))
-        return node.entries
+                        entries = self._group_entries(node, loaded)
+                    self._add_control(node, entries)
+                    _listed(loaded, entries)
+        return loaded
+
+    def entries(self, node: DirNode) -> Mapping[str, Node]:
+        """The directory's children by name, sorted (blocking on first call)."""
+        entries = self._listed(node).entries
+        assert entries is not None
+        return entries
+
+    def child(self, node: DirNode, index: int) -> Node:
+        """The entry at ``index`` of the directory (IndexError: none)."""
+        return self._listed(node).order[index]
 
     def lookup(self, node: DirNode, name: str) -> Node:
         try:
@@ -324,10 +521,24 @@ class Tree:
         return node
 
     def loaded(self, node: DirNode) -> bool:
-        return node.entries is not None
+        """Whether the directory has been listed."""
+        if node._children is not None:
+            return True
+        held = node._held if node._held is not None else self._recent.get(node)
+        return held is not None and held.entries is not None
 
     def needs_io(self, node: DirNode) -> bool:
         """Whether listing ``node`` reads the store (else it is quick enough to do inline)."""
-        if node.entries is not None or isinstance(node.meta, ArrayMeta):
+        if self.consolidated is not None:
             return False
-        return self.consolidated is None
+        return not self.loaded(node) and not isinstance(node.meta, ArrayMeta)
+
+
+def _listed(loaded: _Loaded, entries: dict[str, Node]) -> None:
+    """Set the entries, sorted by name, each knowing its position."""
+    ordered = dict(sorted(entries.items()))
+    order = tuple(ordered.values())
+    for index, entry in enumerate(order):
+        entry.index = index
+    loaded.order = order
+    loaded.entries = ordered

@@ -1,57 +1,95 @@
 """Inode numbers for tree nodes, and open-handle numbers for files and directories.
 
-Tree nodes live as long as the mount, so each keeps one inode number for the
-mount's lifetime (``ls -i`` is stable); the kernel's lookup counts are tracked
-so ``forget`` is answered, but a forgotten node keeps its number.
+Each node keeps one inode number for the mount's lifetime (``ls -i`` is stable),
+without a table entry per node: when a directory's entries are first numbered,
+they get consecutive numbers (a block) in their sorted order, and an entry's
+number is its directory's first plus its position. So the number finds the node
+again (the block, then the position) even where the tree has let go of the node
+itself and makes it again (tree.py), and a listed node costs the table nothing
+but a count of the kernel's lookups (4 bytes). Those counts are tracked so
+``forget`` is answered, but a forgotten node keeps its number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+from array import array
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 import pyfuse3
 
 from zarrfs.errors import NotFoundError
-from zarrfs.tree import Node
+from zarrfs.tree import DirNode, Node
 
 T = TypeVar("T")
 
+_MAX_COUNT = 2**32 - 1
+
 
 class InodeTable:
-    def __init__(self, root: Node) -> None:
-        self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: root}
-        self._inodes: dict[int, int] = {id(root): pyfuse3.ROOT_INODE}
-        self._lookups: dict[int, int] = {}
+    def __init__(
+        self,
+        root: DirNode,
+        entries: Callable[[DirNode], int],
+        child: Callable[[DirNode, int], Node],
+    ) -> None:
+        """``entries``: how many entries a directory has; ``child``: its entry at a
+        position (both from tree.py, which may make them again)."""
+        self._root = root
+        self._count_entries = entries
+        self._child = child
+        self._starts = array("Q")  # the first inode of each block, increasing
+        self._directories: list[DirNode] = []  # whose entries each block numbers
         self._next = pyfuse3.ROOT_INODE + 1
+        self._lookups = array("I", bytes(4 * self._next))  # by inode
+
+    def _block(self, directory: DirNode) -> int:
+        first = directory.first_inode
+        if not first:
+            first = directory.first_inode = self._next
+            count = self._count_entries(directory)
+            self._next += count
+            self._starts.append(first)
+            self._directories.append(directory)
+            self._lookups.frombytes(bytes(4 * count))
+        return first
 
     def node(self, inode: int) -> Node:
+        if inode == pyfuse3.ROOT_INODE:
+            return self._root
+        directory = self.parent(inode)
+        if directory is None:
+            raise NotFoundError(f"inode {inode}")
         try:
-            return self._nodes[inode]
-        except KeyError:
+            return self._child(directory, inode - directory.first_inode)
+        except IndexError:
             raise NotFoundError(f"inode {inode}") from None
 
+    def parent(self, inode: int) -> DirNode | None:
+        """The directory holding the node numbered ``inode`` (None: the root, or no node)."""
+        if not pyfuse3.ROOT_INODE < inode < self._next:
+            return None
+        return self._directories[bisect.bisect_right(self._starts, inode) - 1]
+
     def inode_of(self, node: Node) -> int:
-        inode = self._inodes.get(id(node))
-        if inode is None:
-            inode = self._next
-            self._next += 1
-            self._inodes[id(node)] = inode
-            self._nodes[inode] = node
-        return inode
+        parent = node.parent
+        if parent is None:
+            if node is not self._root:
+                raise NotFoundError(f"{node.name}: in no directory")
+            return pyfuse3.ROOT_INODE
+        return self._block(parent) + node.index
 
     def remember(self, inode: int) -> None:
-        self._lookups[inode] = self._lookups.get(inode, 0) + 1
+        if inode < len(self._lookups):
+            self._lookups[inode] = min(self._lookups[inode] + 1, _MAX_COUNT)
 
     def forget(self, inode: int, count: int) -> None:
-        left = self._lookups.get(inode, 0) - count
-        if left > 0:
-            self._lookups[inode] = left
-        else:
-            self._lookups.pop(inode, None)
+        if inode < len(self._lookups):
+            self._lookups[inode] = max(self._lookups[inode] - count, 0)
 
     def lookup_count(self, inode: int) -> int:
-        return self._lookups.get(inode, 0)
+        return self._lookups[inode] if inode < len(self._lookups) else 0
 
 
 class HandleTable(Generic[T]):

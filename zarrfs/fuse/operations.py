@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import stat
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +35,11 @@ ATTR_TIMEOUT = 60.0
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
+# Kept for the most recently asked nodes only, so that a listed node costs nothing
+# here (docs/semantics.md, "Limits and hostile input"): attributes, and directory
+# listings encoded for readdir (by the names they hold).
+MAX_ATTRIBUTES = 8192
+MAX_LISTED_NAMES = 65_536
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -108,9 +114,8 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.tree = tree
         self.read_only = read_only or tree.writeback is None
-        self.inodes = InodeTable(tree.root)
+        self.inodes = InodeTable(tree.root, lambda d: len(tree.entries(d)), tree.child)
         self.files: HandleTable[OpenFile] = HandleTable()
-        self.parents: dict[int, DirNode] = {}  # file inode → its array directory
         # Inodes whose pages the kernel may hold: they served a read through the page
         # cache since they were last invalidated.
         self.page_cached: set[int] = set()
@@ -118,8 +123,10 @@ class Operations(pyfuse3.Operations):
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
         self.dirs: HandleTable[list[tuple[bytes, Node]]] = HandleTable()
-        self._listings: dict[int, list[tuple[bytes, Node]]] = {}  # directory inode: its names
-        self._attrs: dict[int, pyfuse3.EntryAttributes] = {}
+        # directory inode → its names, oldest first
+        self._listings: OrderedDict[int, list[tuple[bytes, Node]]] = OrderedDict()
+        self._listed_names = 0
+        self._attrs: OrderedDict[int, pyfuse3.EntryAttributes] = OrderedDict()
         self._uid = os.getuid()
         self._gid = os.getgid()
 
@@ -142,7 +149,8 @@ class Operations(pyfuse3.Operations):
         return node
 
     def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
-        """The node's attributes; built once per inode, the size kept current.
+        """The node's attributes; built once per inode while recent, the size kept
+        current.
 
         pyfuse3 copies them into each reply, so one object per inode can be reused.
         """
@@ -150,6 +158,8 @@ class Operations(pyfuse3.Operations):
         attr = self._attrs.get(inode)
         if attr is None:
             attr = self._attrs[inode] = self._new_attributes(node, inode)
+            if len(self._attrs) > MAX_ATTRIBUTES:
+                self._attrs.popitem(last=False)
         if isinstance(node, FileNode):
             attr.st_size = node.view.size
             attr.st_blocks = -(-attr.st_size // 512)
@@ -188,8 +198,6 @@ class Operations(pyfuse3.Operations):
         if node is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         attr = self.attributes(node)
-        if isinstance(node, FileNode):
-            self.parents[attr.st_ino] = parent
         self.inodes.remember(attr.st_ino)
         return attr
 
@@ -214,6 +222,7 @@ class Operations(pyfuse3.Operations):
         if fields is not None and fields.update_size:
             if not isinstance(node, FileNode):
                 raise pyfuse3.FUSEError(errno.EISDIR)
+            self._pin(node)
             node.view.truncate(attr.st_size)
             if fh is not None:  # ftruncate: that handle's close stores the change
                 with contextlib.suppress(ZarrfsError):
@@ -232,6 +241,9 @@ class Operations(pyfuse3.Operations):
             entries = await self._entries(self._dir(inode))
             listing = [(os.fsencode(name), node) for name, node in entries.items()]
             self._listings[inode] = listing
+            self._listed_names += len(listing)
+            while self._listed_names > MAX_LISTED_NAMES and len(self._listings) > 1:
+                self._listed_names -= len(self._listings.popitem(last=False)[1])
         return self.dirs.add(listing)
 
     @_boundary
@@ -261,6 +273,7 @@ class Operations(pyfuse3.Operations):
                 raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")
             if not node.view.writable:
                 raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
+            self._pin(node)
         handle = OpenFile(node, inode)
         if flags & _WRITE_FLAGS:
             if flags & os.O_TRUNC:
@@ -336,6 +349,13 @@ class Operations(pyfuse3.Operations):
         if handle is not None and handle.wrote:
             handle.node.view.closed()
 
+    def _pin(self, node: FileNode) -> None:
+        # What an array written through the mount is (its state, its documents) is
+        # kept for good: the consolidated document that listed it would not show a
+        # resize.
+        if node.parent is not None:
+            self.tree.pin(node.parent)
+
     async def _changed(self, inode: int, node: FileNode, *, data: bool) -> None:
         """Tell the kernel that an array's files changed, so no stale page is served.
 
@@ -344,7 +364,7 @@ class Operations(pyfuse3.Operations):
         their attributes (size). Writing handles use direct I/O and lock no pages,
         so this cannot wait on the request being answered. Runs in a thread.
         """
-        parent = self.parents.get(inode)
+        parent = self.inodes.parent(inode)
         if parent is None or not self.mounted:
             return
         targets = []
