@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
@@ -66,12 +68,14 @@ class FileNode:
     mtime: float
     parent: DirNode | None = field(default=None, repr=False)
     index: int = 0  # its position among the parent's entries (sorted by name)
+    # What the FUSE layer made of it (its attributes): kept as long as the node.
+    attributes: Any = field(default=None, repr=False)
 
 
 class _Loaded:
     """What a directory is, loaded from its documents."""
 
-    __slots__ = ("documents", "entries", "meta", "order", "state", "weight")
+    __slots__ = ("documents", "entries", "meta", "names", "order", "state", "used", "weight")
 
     def __init__(self, meta: NodeMeta, documents: dict[str, bytes], state: ArrayState | None):
         self.meta = meta
@@ -79,7 +83,9 @@ class _Loaded:
         self.state = state  # arrays with flat views
         self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
         self.order: tuple[Node, ...] = ()  # the entries by position
-        self.weight = sum(len(d) for d in documents.values())
+        self.names: tuple[bytes, ...] | None = None  # theirs as the kernel is told them
+        self.weight = sum(map(len, documents.values()))
+        self.used = False  # since the tree last looked whether to drop it
 
 
 class DirNode:
@@ -88,7 +94,7 @@ class DirNode:
     __slots__ = (
         "_children",
         "_coordinates",
-        "_held",
+        "_loaded",
         "_tree",
         "first_inode",
         "index",
@@ -104,7 +110,8 @@ class DirNode:
         self.mtime = mtime
         self.first_inode = 0  # the inode of its first entry (fuse/inodes.py); 0: none yet
         self._tree = tree
-        self._held: _Loaded | None = None  # kept for good (else the tree's recent ones)
+        # What it is, while loaded: for good, or while recent (then in tree._recent).
+        self._loaded: _Loaded | None = None
         self._children: dict[str, DirNode] | None = None  # a group's, once listed
         self._coordinates: object = None  # an array's header coordinates, once listed
 
@@ -135,6 +142,33 @@ class DirNode:
 
 
 Node = DirNode | FileNode
+
+
+class DirListing(Sequence[tuple[bytes, Node]]):
+    """A directory's (name as bytes, entry) pairs by position; made once per loaded
+    directory and shared by every handle."""
+
+    __slots__ = ("names", "nodes")
+
+    def __init__(self, names: tuple[bytes, ...], nodes: tuple[Node, ...]) -> None:
+        self.names = names
+        self.nodes = nodes
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[bytes, Node]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[bytes, Node]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[bytes, Node] | list[tuple[bytes, Node]]:
+        if isinstance(index, slice):
+            return list(zip(self.names[index], self.nodes[index]))
+        return self.names[index], self.nodes[index]
+
+
 _NO_COORDINATES = object()  # listed: its header has none
 
 
@@ -189,33 +223,6 @@ def node_documents(
     return docs
 
 
-class _Said(logging.Filter):
-    """Counts, per thread, the records formats/ logs (never filters one out): a
-    node whose loading logged something is kept, so it does not log it again."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._local = threading.local()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self._local.count = self.count() + 1
-        return True
-
-    def count(self) -> int:
-        return getattr(self._local, "count", 0)
-
-
-_SAID = _Said()
-
-
-@functools.cache
-def _listen_to_formats() -> None:
-    # A filter sees the records of its own logger only: every module's logger.
-    for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        if name.startswith("zarrfs.formats.") and isinstance(logger, logging.Logger):
-            logger.addFilter(_SAID)
-
-
 class Tree:
     control: DirNode | None = None  # .zarrfs/ at the root, on mounts (show_control)
 
@@ -227,7 +234,6 @@ class Tree:
         *,
         consolidated: bool = True,
     ) -> None:
-        _listen_to_formats()
         self.store = store
         self.cache = cache
         self.writeback = writeback
@@ -240,11 +246,12 @@ class Tree:
         self._root_reads: dict[str, bytes | None] = {}
         self._root_extra: dict[str, bytes] = {}
         self._loaded_at = time.time()
-        # Nodes loaded from consolidated metadata, least recently used first, and
-        # the weight of their documents.
-        self._recent: OrderedDict[DirNode, _Loaded] = OrderedDict()
+        # Nodes loaded from consolidated metadata, oldest first, and the weight of
+        # their documents; one that was used since it came to the front gets a
+        # second turn (the clock algorithm: a use costs a flag, not a reordering).
+        self._recent: OrderedDict[DirNode, None] = OrderedDict()
         self._recent_bytes = 0
-        # Their array states, while anything holds them.
+        # The array states of those dropped, while anything holds them.
         self._states: weakref.WeakValueDictionary[DirNode, ArrayState] = (
             weakref.WeakValueDictionary()
         )
@@ -279,7 +286,7 @@ class Tree:
             self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
     def _load_root(self) -> DirNode:
-        node = self._new_node(None, "")
+        node = self._new_node(None, "", "")
         if node is None:
             raise MetadataError(f"{self.store.describe()}: no Zarr group or array metadata found")
         return node
@@ -287,15 +294,14 @@ class Tree:
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
         return node_documents(self.store, self.consolidated, self._root_reads, path, names)
 
-    def _new_node(self, parent: DirNode | None, name: str) -> DirNode | None:
-        """Classify the store directory ``name`` in ``parent`` (None: the root);
-        ``None`` if it is no Zarr node.
+    def _new_node(self, parent: DirNode | None, name: str, path: str) -> DirNode | None:
+        """Classify the store directory ``path``, ``name`` in ``parent`` (None: the
+        root); ``None`` if it is no Zarr node.
 
         Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
         node is hidden with one log line and the rest of the tree stays usable.
         """
-        path = join_key(parent.path, name) if parent is not None else ""
-        said = _SAID.count()
+        said = hierarchy.logged()
         try:
             found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
         except (MetadataError, StoreError) as e:
@@ -321,8 +327,8 @@ class Tree:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         node = DirNode(self, parent, name, self._mtime(path, docs))
         loaded = self._make_loaded(node, meta, docs)
-        if self.consolidated is None or not path or _SAID.count() != said:
-            node._held = loaded
+        if self.consolidated is None or not path or hierarchy.logged() != said:
+            node._loaded = loaded  # for good
         else:
             self._remember(node, loaded)
         return node
@@ -331,8 +337,6 @@ class Tree:
         state = None
         if isinstance(meta, ArrayMeta) and meta.unsupported is None:
             state = ArrayState(meta, docs, self.cache, self.writeback)
-            if self.consolidated is not None:
-                self._states[node] = state
         return _Loaded(meta, docs, state)
 
     def _reload(self, node: DirNode) -> _Loaded:
@@ -350,37 +354,46 @@ class Tree:
 
     def loaded_node(self, node: DirNode) -> _Loaded:
         """What ``node`` is: kept, recently used, or loaded again."""
-        held = node._held
-        if held is not None:
-            return held
+        loaded = node._loaded
+        if loaded is not None:
+            loaded.used = True
+            return loaded
         with self._lock:
-            loaded = self._recent.get(node)
-            if loaded is not None:
-                self._recent.move_to_end(node)
-                return loaded
-            loaded = self._reload(node)
-            self._remember(node, loaded)
+            loaded = node._loaded
+            if loaded is None:
+                loaded = self._reload(node)
+                self._remember(node, loaded)
             return loaded
 
     def _remember(self, node: DirNode, loaded: _Loaded) -> None:
+        recent = self._recent
         with self._lock:
-            self._recent[node] = loaded
+            node._loaded = loaded
+            recent[node] = None
             self._recent_bytes += loaded.weight
-            while len(self._recent) > 1 and (
-                len(self._recent) > MAX_LOADED_NODES or self._recent_bytes > MAX_LOADED_BYTES
+            while len(recent) > 1 and (
+                len(recent) > MAX_LOADED_NODES or self._recent_bytes > MAX_LOADED_BYTES
             ):
-                _, dropped = self._recent.popitem(last=False)
+                oldest, _ = recent.popitem(last=False)
+                dropped = oldest._loaded
+                assert dropped is not None
+                if dropped.used:
+                    dropped.used = False
+                    recent[oldest] = None
+                    continue
+                oldest._loaded = None
                 self._recent_bytes -= dropped.weight
+                if dropped.state is not None:
+                    self._states[oldest] = dropped.state  # found again while in use
 
     def pin(self, node: DirNode) -> None:
         """Keep what ``node`` is for good: an array about to be written (a resize
         changes its documents, which the consolidated document would not show)."""
-        if node._held is not None:
-            return
         with self._lock:
-            node._held = self.loaded_node(node)
-            if self._recent.pop(node, None) is not None:
-                self._recent_bytes -= node._held.weight
+            loaded = self.loaded_node(node)
+            if node in self._recent:
+                del self._recent[node]
+                self._recent_bytes -= loaded.weight
 
     def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
         if self.consolidated is not None and self._consolidated_mtime is not None:
@@ -405,10 +418,8 @@ class Tree:
         if state is not None:
             entries[RAW_NAME] = FileNode(RAW_NAME, RawView(state), node.mtime, node)
             entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(state), node.mtime, node)
-            entries.update(
-                (name, FileNode(name, view, node.mtime, node))
-                for name, view in self._sidecar_views(node, state).items()
-            )
+            for name, view in self._sidecar_views(node, state).items():
+                entries[name] = FileNode(name, view, node.mtime, node)
         assert isinstance(loaded.meta, ArrayMeta)
         info = InfoView(loaded.meta, loaded.documents, state, self.store)
         entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
@@ -440,10 +451,11 @@ class Tree:
         entries = self._document_entries(node, loaded)
         if node._children is None:
             children = {}
-            for child in self._child_names(node.path):
+            path = node.path
+            for child in self._child_names(path):
                 if child in entries:
                     continue
-                made = self._new_node(node, child)
+                made = self._new_node(node, child, join_key(path, child))
                 if made is not None:
                     children[child] = made
             node._children = children
@@ -466,10 +478,10 @@ class Tree:
         now = time.time()
         files = control_views(self.cache, self.writeback, self.store)
         control = DirNode(self, self.root, CONTROL_NAME, now)
-        control._held = _Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
+        control._loaded = _Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
         control._children = {}
         _listed(
-            control._held,
+            control._loaded,
             {n: FileNode(n, v, now, control) for n, v in sorted(files.items())},
         )
         self.control = control
@@ -497,13 +509,29 @@ class Tree:
 
     def entries(self, node: DirNode) -> Mapping[str, Node]:
         """The directory's children by name, sorted (blocking on first call)."""
+        loaded = node._loaded
+        if loaded is not None and loaded.entries is not None:
+            loaded.used = True
+            return loaded.entries
         entries = self._listed(node).entries
         assert entries is not None
         return entries
 
     def child(self, node: DirNode, index: int) -> Node:
         """The entry at ``index`` of the directory (IndexError: none)."""
-        return self._listed(node).order[index]
+        loaded = node._loaded
+        if loaded is None or loaded.entries is None:
+            loaded = self._listed(node)
+        loaded.used = True
+        return loaded.order[index]
+
+    def listing(self, node: DirNode) -> DirListing:
+        """The directory's entries as the kernel is told them (blocking on first call)."""
+        loaded = self._listed(node)
+        if loaded.names is None:
+            assert loaded.entries is not None
+            loaded.names = tuple(map(os.fsencode, loaded.entries))
+        return DirListing(loaded.names, loaded.order)
 
     def lookup(self, node: DirNode, name: str) -> Node:
         try:
@@ -522,10 +550,8 @@ class Tree:
 
     def loaded(self, node: DirNode) -> bool:
         """Whether the directory has been listed."""
-        if node._children is not None:
-            return True
-        held = node._held if node._held is not None else self._recent.get(node)
-        return held is not None and held.entries is not None
+        loaded = node._loaded
+        return node._children is not None or (loaded is not None and loaded.entries is not None)
 
     def needs_io(self, node: DirNode) -> bool:
         """Whether listing ``node`` reads the store (else it is quick enough to do inline)."""

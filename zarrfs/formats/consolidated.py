@@ -20,7 +20,6 @@ is what the mount shows and rewrites.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -106,10 +105,12 @@ class Consolidated:
         sort_keys: bool,
         key: str = CONSOLIDATED_KEY,
         stored: dict[str, bytes] | None = None,
+        names: Iterable[str] = NODE_DOCUMENTS,
     ) -> None:
         self._source = source  # the document's UTF-8 text, which spans index
         self._spans = spans  # store key of a node document → its entry (jsontext.span)
         self._stored = stored or {}  # store key → a document shown as stored
+        self._names = frozenset(names)  # of the documents a node's entries may be
         self.children = children  # node path → names of its direct children
         self.indent = indent
         self.sort_keys = sort_keys
@@ -132,9 +133,13 @@ class Consolidated:
         prefix = f"{path}/" if path else ""
         found = {}
         for name in names:
-            document = self.document(prefix + name)
-            if document is not None:
-                found[name] = document
+            if name not in self._names:
+                continue
+            key = prefix + name
+            if key in self._spans or key in self._stored:
+                document = self.document(key)
+                if document is not None:
+                    found[name] = document
         return found
 
     def document(self, key: str) -> bytes | None:
@@ -145,9 +150,8 @@ class Consolidated:
         packed = self._spans.get(key)
         if packed is None:
             return None
-        start, end, _ = jsontext.span(packed)
-        text = self._source[start:end]
-        value = json.loads(text)  # read whole and valid already
+        text = self._source[jsontext.start(packed) : jsontext.end(packed)]
+        value = jsontext.loads_object(text)
         name = key.rpartition("/")[2]
         if name == GROUP_KEY or (name == ZARR_JSON and value.get("node_type") == "group"):
             value.pop(NESTED_MEMBER, None)
@@ -297,6 +301,7 @@ def parse_v3_consolidated(data: bytes) -> Consolidated | None:
         sort_keys=False,
         key=ZARR_JSON,
         stored={ZARR_JSON: data},
+        names=(ZARR_JSON,),
     )
 
 

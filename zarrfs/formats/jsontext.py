@@ -157,6 +157,7 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")  # json's own
 _scan_value = json.JSONDecoder().scan_once  # json's C scanner: (value, end) at an index
 _UTF8_PIECE = 1 << 20
 _END_BITS = 40
+_END_MASK = (1 << _END_BITS) - 1
 
 
 class Spans(dict[str, int]):
@@ -167,6 +168,14 @@ def span(packed: int) -> tuple[int, int, bool]:
     """(start, end, whether the value is an object) of a Spans value: its text is
     ``source[start:end]`` of the source ``read_object`` returned."""
     return packed >> (_END_BITS + 1), (packed >> 1) & ((1 << _END_BITS) - 1), bool(packed & 1)
+
+
+def start(packed: int) -> int:
+    return packed >> (_END_BITS + 1)
+
+
+def end(packed: int) -> int:
+    return (packed >> 1) & _END_MASK
 
 
 def _pack(start: int, end: int, is_object: bool) -> int:
@@ -204,6 +213,13 @@ def read_object(
     except RecursionError:
         raise MetadataError(f"{what} nests deeper than JSON can be read") from None
     return members, source
+
+
+def loads_object(text: bytes) -> dict[str, Any]:
+    """``json.loads`` of a UTF-8 slice that ``read_object`` found to be an object (so
+    valid), without its detour through detecting the encoding."""
+    value, _ = _scan_value(text.decode("utf-8", "surrogatepass"), 0)
+    return value  # type: ignore[no-any-return]
 
 
 def _check_utf8(data: bytes) -> None:
@@ -287,28 +303,55 @@ class _Reader:
             return members, stop.value
 
     def _spans(self, pos: int, depth: int) -> tuple[Spans, int]:
+        # _members and _value, unrolled: this loop reads each node's entry.
+        text, space, scan = self.text, _WHITESPACE.match, _scan_value
+        limit = MAX_JSON_DEPTH - depth  # a value shorter than this cannot nest too deep
         spans = Spans()
-        walk = self._members(pos)
-        end = None
-        try:
-            while True:
-                name, pos = walk.send(end)
-                value, end = self._value(pos, depth + 1)
-                spans[name] = _pack(pos, end, type(value) is dict)
-        except StopIteration as stop:
-            return spans, stop.value
+        pos = space(text, pos + 1).end()
+        if text.startswith("}", pos):
+            return spans, pos + 1
+        while True:
+            if not text.startswith('"', pos):
+                raise json.JSONDecodeError(
+                    "Expecting property name enclosed in double quotes", text, pos
+                )
+            name, end = scanstring(text, pos + 1)
+            if not self.ascii and not name.isascii():
+                name = json.loads(self.source[pos:end])
+            pos = space(text, end).end()
+            if not text.startswith(":", pos):
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+            pos = space(text, pos + 1).end()
+            try:
+                value, end = scan(text, pos)
+            except StopIteration as stop:
+                raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+            if end - pos > limit:
+                self._check_depth(value, pos, end, depth + 1)
+            spans[name] = _pack(pos, end, type(value) is dict)
+            pos = space(text, end).end()
+            if text.startswith("}", pos):
+                return spans, pos + 1
+            if not text.startswith(",", pos):
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+            pos = space(text, pos + 1).end()
 
     def _value(self, pos: int, depth: int) -> tuple[Any, int]:
         try:
             value, end = _scan_value(self.text, pos)
         except StopIteration as stop:
             raise json.JSONDecodeError("Expecting value", self.text, stop.value) from None
-        if not self.shallow:
-            text = self.text
-            brackets = text.count("[", pos, end) + text.count("{", pos, end)
-            if brackets + depth - 1 > MAX_JSON_DEPTH:
-                nested = value
-                for _ in range(depth - 1):  # as deep as it lies in the document
-                    nested = [nested]
-                check_depth(nested, self.what)
+        self._check_depth(value, pos, end, depth)
         return value, end
+
+    def _check_depth(self, value: Any, start: int, end: int, depth: int) -> None:
+        """MetadataError where ``value``, at ``depth`` in the document, nests too deep."""
+        if self.shallow:
+            return
+        text = self.text
+        brackets = text.count("[", start, end) + text.count("{", start, end)
+        if brackets + depth - 1 > MAX_JSON_DEPTH:
+            nested = value
+            for _ in range(depth - 1):  # as deep as it lies in the document
+                nested = [nested]
+            check_depth(nested, self.what)

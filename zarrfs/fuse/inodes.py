@@ -4,15 +4,15 @@ Each node keeps one inode number for the mount's lifetime (``ls -i`` is stable),
 without a table entry per node: when a directory's entries are first numbered,
 they get consecutive numbers (a block) in their sorted order, and an entry's
 number is its directory's first plus its position. So the number finds the node
-again (the block, then the position) even where the tree has let go of the node
-itself and makes it again (tree.py), and a listed node costs the table nothing
-but a count of the kernel's lookups (4 bytes). Those counts are tracked so
-``forget`` is answered, but a forgotten node keeps its number.
+again (its directory, then the position) even where the tree has let go of the
+node itself and makes it again (tree.py), and a listed node costs the table 8
+bytes: which directory numbers it, and the kernel's count of lookups of it. Those
+counts are tracked so ``forget`` is answered, but a forgotten node keeps its
+number.
 """
 
 from __future__ import annotations
 
-import bisect
 from array import array
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
@@ -39,38 +39,37 @@ class InodeTable:
         self._root = root
         self._count_entries = entries
         self._child = child
-        self._starts = array("Q")  # the first inode of each block, increasing
-        self._directories: list[DirNode] = []  # whose entries each block numbers
+        self._directories: list[DirNode] = []  # each numbered one, in numbering order
         self._next = pyfuse3.ROOT_INODE + 1
-        self._lookups = array("I", bytes(4 * self._next))  # by inode
+        # By inode: which of them holds it, and the kernel's lookups of it.
+        self._holders = array("I", bytes(4 * self._next))
+        self._lookups = array("I", bytes(4 * self._next))
 
-    def _block(self, directory: DirNode) -> int:
+    def _first(self, directory: DirNode) -> int:
+        """The inode of the directory's first entry, numbering them if need be."""
         first = directory.first_inode
         if not first:
             first = directory.first_inode = self._next
             count = self._count_entries(directory)
             self._next += count
-            self._starts.append(first)
-            self._directories.append(directory)
+            self._holders.extend([len(self._directories)] * count)
             self._lookups.frombytes(bytes(4 * count))
+            self._directories.append(directory)
         return first
 
     def node(self, inode: int) -> Node:
         if inode == pyfuse3.ROOT_INODE:
             return self._root
-        directory = self.parent(inode)
-        if directory is None:
+        if not pyfuse3.ROOT_INODE < inode < self._next:
             raise NotFoundError(f"inode {inode}")
-        try:
-            return self._child(directory, inode - directory.first_inode)
-        except IndexError:
-            raise NotFoundError(f"inode {inode}") from None
+        directory = self._directories[self._holders[inode]]
+        return self._child(directory, inode - directory.first_inode)
 
     def parent(self, inode: int) -> DirNode | None:
         """The directory holding the node numbered ``inode`` (None: the root, or no node)."""
         if not pyfuse3.ROOT_INODE < inode < self._next:
             return None
-        return self._directories[bisect.bisect_right(self._starts, inode) - 1]
+        return self._directories[self._holders[inode]]
 
     def inode_of(self, node: Node) -> int:
         parent = node.parent
@@ -78,18 +77,18 @@ class InodeTable:
             if node is not self._root:
                 raise NotFoundError(f"{node.name}: in no directory")
             return pyfuse3.ROOT_INODE
-        return self._block(parent) + node.index
+        return (parent.first_inode or self._first(parent)) + node.index
 
     def remember(self, inode: int) -> None:
-        if inode < len(self._lookups):
-            self._lookups[inode] = min(self._lookups[inode] + 1, _MAX_COUNT)
+        if inode < self._next and self._lookups[inode] < _MAX_COUNT:
+            self._lookups[inode] += 1
 
     def forget(self, inode: int, count: int) -> None:
-        if inode < len(self._lookups):
+        if inode < self._next:
             self._lookups[inode] = max(self._lookups[inode] - count, 0)
 
     def lookup_count(self, inode: int) -> int:
-        return self._lookups[inode] if inode < len(self._lookups) else 0
+        return self._lookups[inode] if inode < self._next else 0
 
 
 class HandleTable(Generic[T]):

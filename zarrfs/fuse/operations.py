@@ -24,7 +24,7 @@ import trio
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse.inodes import HandleTable, InodeTable
-from zarrfs.tree import DirNode, FileNode, Node, Tree
+from zarrfs.tree import DirListing, DirNode, FileNode, Node, Tree
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 
 log = logging.getLogger(__name__)
@@ -35,11 +35,10 @@ ATTR_TIMEOUT = 60.0
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
-# Kept for the most recently asked nodes only, so that a listed node costs nothing
-# here (docs/semantics.md, "Limits and hostile input"): attributes, and directory
-# listings encoded for readdir (by the names they hold).
-MAX_ATTRIBUTES = 8192
-MAX_LISTED_NAMES = 65_536
+# Directories' attributes are kept for the most recently asked ones only, so that a
+# listed node costs nothing here (docs/semantics.md, "Limits and hostile input");
+# a file's are kept with it, as long as the tree keeps the file.
+MAX_DIRECTORY_ATTRIBUTES = 16_384
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -122,11 +121,8 @@ class Operations(pyfuse3.Operations):
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
-        self.dirs: HandleTable[list[tuple[bytes, Node]]] = HandleTable()
-        # directory inode → its names, oldest first
-        self._listings: OrderedDict[int, list[tuple[bytes, Node]]] = OrderedDict()
-        self._listed_names = 0
-        self._attrs: OrderedDict[int, pyfuse3.EntryAttributes] = OrderedDict()
+        self.dirs: HandleTable[DirListing] = HandleTable()
+        self._attrs: OrderedDict[int, pyfuse3.EntryAttributes] = OrderedDict()  # directories'
         self._uid = os.getuid()
         self._gid = os.getgid()
 
@@ -149,20 +145,24 @@ class Operations(pyfuse3.Operations):
         return node
 
     def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
-        """The node's attributes; built once per inode while recent, the size kept
+        """The node's attributes; built once per node while it is kept, the size kept
         current.
 
         pyfuse3 copies them into each reply, so one object per inode can be reused.
         """
+        if isinstance(node, FileNode):
+            attr = node.attributes
+            if attr is None:
+                attr = node.attributes = self._new_attributes(node, self.inodes.inode_of(node))
+            attr.st_size = node.view.size
+            attr.st_blocks = -(-attr.st_size // 512)
+            return attr
         inode = self.inodes.inode_of(node)
         attr = self._attrs.get(inode)
         if attr is None:
             attr = self._attrs[inode] = self._new_attributes(node, inode)
-            if len(self._attrs) > MAX_ATTRIBUTES:
+            if len(self._attrs) > MAX_DIRECTORY_ATTRIBUTES:
                 self._attrs.popitem(last=False)
-        if isinstance(node, FileNode):
-            attr.st_size = node.view.size
-            attr.st_blocks = -(-attr.st_size // 512)
         return attr
 
     def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
@@ -234,25 +234,22 @@ class Operations(pyfuse3.Operations):
 
     @_boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
-        listing = self._listings.get(inode)
-        if listing is None:
-            # A directory's names never change once listed: encoded once, every
-            # handle shares the list (ls -R then find: each directory opened twice).
-            entries = await self._entries(self._dir(inode))
-            listing = [(os.fsencode(name), node) for name, node in entries.items()]
-            self._listings[inode] = listing
-            self._listed_names += len(listing)
-            while self._listed_names > MAX_LISTED_NAMES and len(self._listings) > 1:
-                self._listed_names -= len(self._listings.popitem(last=False)[1])
-        return self.dirs.add(listing)
+        directory = self._dir(inode)
+        await self._entries(directory)
+        # A directory's names never change once listed: encoded once while the tree
+        # keeps the directory, every handle shares them (ls -R then find: each
+        # directory opened twice).
+        return self.dirs.add(self.tree.listing(directory))
 
     @_boundary
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self.dirs.get(fh)
+        names, nodes = listing.names, listing.nodes
         attributes = self.attributes
-        for position in range(start_id, len(listing)):
-            name, node = listing[position]
-            if not pyfuse3.readdir_reply(token, name, attributes(node), position + 1):
+        for position in range(start_id, len(names)):
+            if not pyfuse3.readdir_reply(
+                token, names[position], attributes(nodes[position]), position + 1
+            ):
                 break
 
     @_boundary
