@@ -30,16 +30,16 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
-from zarrfs.errors import InvalidValueError, MetadataError, NotFoundError, StoreError
+from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats import hierarchy
-from zarrfs.formats.hierarchy import Listing
+from zarrfs.formats.hierarchy import Listing, node_documents, read_root_keys
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
@@ -55,9 +55,9 @@ RAW_NAME = "array.raw"
 NPY_NAME = "array.npy"
 
 # The nodes listed from consolidated metadata whose parsed metadata, documents and
-# files are kept at once (docs/semantics.md, "Limits and hostile input"): the
-# bench's 10 000 arrays, and their groups, fit, so each listing pass loads them once.
-MAX_LOADED_NODES = 16_384
+# files are kept at once (docs/semantics.md, "Limits and hostile input"): a group of
+# 10 000 arrays fits, so that each pass of ls -R, find, stat loads each array once.
+MAX_LOADED_NODES = 12_288
 MAX_LOADED_BYTES = 8 << 20  # of their documents as shown
 
 
@@ -157,70 +157,11 @@ class DirListing(Sequence[tuple[bytes, Node]]):
     def __len__(self) -> int:
         return len(self.names)
 
-    @overload
-    def __getitem__(self, index: int) -> tuple[bytes, Node]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[bytes, Node]]: ...
-
-    def __getitem__(self, index: int | slice) -> tuple[bytes, Node] | list[tuple[bytes, Node]]:
-        if isinstance(index, slice):
-            return list(zip(self.names[index], self.nodes[index]))
+    def __getitem__(self, index: int) -> tuple[bytes, Node]:  # type: ignore[override]
         return self.names[index], self.nodes[index]
 
 
 _NO_COORDINATES = object()  # listed: its header has none
-
-
-def read_root_keys(
-    store: Store,
-    reads: dict[str, bytes | None],
-    ignoring: Callable[[str, InvalidValueError], None],
-) -> tuple[str, bytes] | None:
-    """Read the root keys into ``reads`` (None: absent) up to the first present one:
-    (key, bytes), or None. A consolidated document the store may not read is handed
-    to ``ignoring`` (the store is listed instead); the root node's own document
-    raises InvalidValueError (the root is unusable)."""
-    for key in hierarchy.ROOT_KEYS:
-        try:
-            data = store.get(key, limit=hierarchy.ROOT_LIMIT)
-        except InvalidValueError as e:
-            if not hierarchy.shown_at_root(key):
-                raise
-            ignoring(key, e)
-            return None
-        reads[key] = data
-        if data is not None:
-            return key, data
-    return None
-
-
-def node_documents(
-    store: Store,
-    listing: Listing | None,
-    root_reads: dict[str, bytes | None],
-    path: str,
-    names: tuple[str, ...] = hierarchy.NODE_KEYS,
-) -> dict[str, bytes]:
-    """The documents ``names`` that store directory ``path`` holds: from the
-    consolidated ``listing`` when there is one, else from the store (the root's
-    from ``root_reads``, read once with the root keys)."""
-    if listing is not None:
-        return listing.read(path, names)
-    if store.remote and store.listable:
-        # Over a network one listing costs less than probing every candidate:
-        # only the documents the directory holds are fetched.
-        present = set(store.list_dir(path).keys)
-        names = tuple(n for n in names if n in present)
-    docs = {}
-    for name in names:
-        if not path and name in root_reads:
-            data = root_reads[name]
-        else:
-            data = store.get(join_key(path, name), limit=hierarchy.NODE_LIMIT)
-        if data is not None:
-            docs[name] = data
-    return docs
 
 
 class Tree:
