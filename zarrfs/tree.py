@@ -14,11 +14,13 @@ consolidated metadata, a node's ``_Loaded`` is made again from the document
 whenever asked, so only the most recently used ones are kept (``MAX_LOADED_NODES``,
 ``MAX_LOADED_BYTES`` of documents); listed from the store, it is kept for the
 mount's lifetime (loading it again would read the store again, and could differ).
-Kept for good as well: the root, an array written through the mount (its
-documents may have changed since the document listed it), and a node whose loading
-logged something (it would log it again). An array's state is never made twice:
-while anything holds it (an open file, unflushed chunks, another array's header
-using it as a coordinate), loading its node again finds it.
+Kept for good as well: the root, and an array written through the mount (its
+documents may have changed since the document listed it). What a node's first
+loading had to say (documents of another layout beside it, an unsupported data
+type) is logged then only; a consolidated entry, valid JSON, makes formats/ log
+nothing. An array's state is never made twice: while anything holds it (an open
+file, unflushed chunks, another array's header using it as a coordinate), loading
+its node again finds it.
 """
 
 from __future__ import annotations
@@ -242,7 +244,6 @@ class Tree:
         Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
         node is hidden with one log line and the rest of the tree stays usable.
         """
-        said = hierarchy.logged()
         try:
             found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
         except (MetadataError, StoreError) as e:
@@ -268,7 +269,7 @@ class Tree:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         node = DirNode(self, parent, name, self._mtime(path, docs))
         loaded = self._make_loaded(node, meta, docs)
-        if self.consolidated is None or not path or hierarchy.logged() != said:
+        if self.consolidated is None or not path:
             node._loaded = loaded  # for good
         else:
             self._remember(node, loaded)

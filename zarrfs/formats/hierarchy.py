@@ -16,9 +16,6 @@ tree.py knows no format. What it asks, it asks here:
   may make it a node (each up to ``NODE_LIMIT``), and the node they make.
 * ``read_root_keys`` and ``node_documents``: those reads, from a store (the tree's,
   and the walk of ``zarrfs check``/``tree``).
-* ``logged()``: how many records formats/ has logged so far: a caller that will
-  make a node again later (the tree drops what it does not use) keeps one whose
-  making logged something instead, so that the line is not said twice.
 
 A new format is added by its own module and an entry in detect.py's ``LAYOUTS``
 (and here, if it has consolidated metadata); tree.py does not change.
@@ -123,30 +120,3 @@ def node_at(path: str, documents: dict[str, bytes]) -> Detected | None:
     """The node the documents found in store directory ``path`` make (``None``: no
     node); MetadataError when its metadata is invalid."""
     return detect.detect(path, documents)
-
-
-class _Count(logging.Filter):
-    """Counts the records of a logger (it never filters one out)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.records += 1
-        return True
-
-
-_COUNT = _Count()
-
-
-def logged() -> int:
-    """How many records formats/ has logged (from any thread)."""
-    return _COUNT.records
-
-
-# A logger's filter sees that logger's own records only: every module's (those that
-# read metadata are imported by now, through the modules above).
-for _name, _logger in list(logging.Logger.manager.loggerDict.items()):
-    if _name.startswith("zarrfs.formats.") and isinstance(_logger, logging.Logger):
-        _logger.addFilter(_COUNT)
