@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import subprocess
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from tests.mounting import mounted
 from tests.stores import CountingStore
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.errors import MetadataError
-from zarrfs.formats.consolidated import parse_consolidated, replace_entry
+from zarrfs.formats.consolidated import dump_document, parse_consolidated, replace_entry
 from zarrfs.tree import DirNode, FileNode, Tree
 
 ZARRAY = {
@@ -143,6 +144,122 @@ def test_replace_entry_keeps_the_writers_style(zarr2_style: bool) -> None:
     assert json.loads(updated) == {**doc, "metadata": {**doc["metadata"], "a/.zarray": new}}
     assert updated.startswith(b"{\n") == zarr2_style
     assert replace_entry(original, "b/.zarray", b"{}") is None
+
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=6)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    entries=st.dictionaries(
+        st.sampled_from(["a", "b/c", "\u00e9t\u00e9", "d\U0001f600"]),
+        st.dictionaries(st.text(max_size=4), json_values, max_size=3),
+        max_size=3,
+    ),
+    indent=st.sampled_from([None, 0, 2, 4]),
+    ascii=st.booleans(),
+    encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-32-le"]),
+)
+def test_entries_are_read_as_json_loads_reads_them(
+    entries: dict[str, dict], indent: int | None, ascii: bool, encoding: str
+) -> None:
+    """Each entry is found where it lies in the document and read from there: the
+    same value json.loads reads, whatever the document's spacing, escaping or
+    encoding; shown as the writer's style makes it."""
+    metadata: dict[str, object] = {".zgroup": {"zarr_format": 2}}
+    for path, value in entries.items():
+        metadata[f"{path}/.zattrs"] = value
+        metadata[f"{path}/.zgroup"] = {"zarr_format": 2, "consolidated_metadata": value}
+    doc = {"zarr_consolidated_format": 1, "metadata": metadata}
+    data = json.dumps(doc, indent=indent, ensure_ascii=ascii).encode(encoding)
+    parsed = parse_consolidated(data)
+    expected = json.loads(data)["metadata"]
+    assert sorted(parsed.documents) == sorted(expected)
+    for key, value in expected.items():
+        if key.endswith(".zgroup"):
+            value.pop("consolidated_metadata", None)
+        shown = parsed.documents[key]
+        assert json.loads(shown) == value, key
+        assert shown == dump_document(value, parsed.indent, parsed.sort_keys), key
+
+
+def test_the_last_of_duplicate_names_wins_as_in_json() -> None:
+    data = (
+        b'{"metadata": 1, "zarr_consolidated_format": 1, "metadata": {'
+        b'".zgroup": {"zarr_format": 2}, "a/.zarray": 3, "b/.zgroup": {"zarr_format": 2},'
+        b' "a/.zarray": {"zarr_format": 2, "x": [1, 2]}}}'
+    )
+    parsed = parse_consolidated(data)
+    assert sorted(parsed.documents) == [".zgroup", "a/.zarray", "b/.zgroup"]
+    assert json.loads(parsed.documents["a/.zarray"]) == {"zarr_format": 2, "x": [1, 2]}
+
+
+def test_a_document_json_refuses_is_refused_wherever_it_breaks() -> None:
+    doc = {
+        "zarr_consolidated_format": 1,
+        "metadata": {".zgroup": {"zarr_format": 2}, "a/.zarray": ZARRAY},
+    }
+    text = json.dumps(doc, indent=1)
+    for cut in range(len(text.rstrip())):
+        broken = text[:cut]
+        with pytest.raises(ValueError):
+            json.loads(broken)
+        with pytest.raises(MetadataError):
+            parse_consolidated(broken.encode())
+    with pytest.raises(MetadataError, match="not valid JSON"):
+        parse_consolidated(text.encode() + b" x")
+    with pytest.raises(MetadataError, match="not valid JSON"):
+        parse_consolidated(text.replace('"a/.zarray"', "'a/.zarray'").encode())
+    with pytest.raises(MetadataError, match="not valid JSON"):
+        parse_consolidated(text.encode().replace(b"zarr_format", b"zarr\xff_format"))
+
+
+def test_an_entry_too_large_once_indented_hides_its_node(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Indenting multiplies a deeply nested entry (here 400 KB become 100 MB): its
+    node is hidden with one log line, as a document too large in the store is, and
+    no more than the bound of a node's document is made of it."""
+    root = tmp_path / "s.zarr"
+    value: object = [0] * 200_000
+    for _ in range(250):
+        value = [value]
+    metadata = {
+        ".zgroup": {"zarr_format": 2},
+        "a/.zarray": ZARRAY,
+        "a/.zattrs": {"x": value},
+        "b/.zarray": ZARRAY,
+    }
+    root.mkdir()
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / ".zmetadata").write_text(
+        json.dumps({"zarr_consolidated_format": 1, "metadata": metadata})
+    )
+    assert (root / ".zmetadata").stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            tree, _ = counting_tree(root)
+            names = list(tree.entries(tree.root))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert names == [".zgroup", ".zmetadata", "b"]
+    said = [r.getMessage() for r in caplog.records if "hiding a" in r.getMessage()]
+    assert len(said) == 1 and "16777216 bytes" in said[0], caplog.text
+    assert peak < 64 << 20, peak
 
 
 # -- listing through the tree ---------------------------------------------------------

@@ -39,9 +39,11 @@ from tests.oracles import assert_same_bits
 from tests.stores import run_promptly
 from tests.test_control import close, open_file
 from tests.test_handlers import fuse_errno, lookup_path, run
+from zarrfs import tree as tree_module
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.fuse.operations import Operations
 from zarrfs.mount import MountOptions, build_operations
+from zarrfs.tree import KeyDirNode, KeyFileNode
 
 pytestmark = pytest.mark.mount
 
@@ -531,6 +533,46 @@ def test_chunk_keys_the_kernel_forgets_are_dropped(tmp_path: Path) -> None:
     assert lookup_path(ops, "a/1.0").st_ino != first
     run(ops.forget, [(array.st_ino, 1)])
     assert ops.inodes.node(array.st_ino) is not None  # listed nodes keep their number
+
+
+def test_chunk_keys_are_numbered_apart_from_listed_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "s.zarr"
+    group = zarr.open_group(str(root), mode="w", zarr_format=3)
+    for i in range(6):
+        array = group.create_array(
+            f"a{i}", shape=(4, 4), chunks=(2, 4), dtype="<i4", compressors=None
+        )
+        array[...] = np.full((4, 4), i + 1, dtype="<i4")  # no fill value: stored
+    zarr.consolidate_metadata(str(root))
+    # Listed nodes are dropped and made again at once: their numbers are positions.
+    monkeypatch.setattr(tree_module, "MAX_LOADED_NODES", 2)
+    ops = build_operations(str(root), MountOptions(read_only=True))
+    assert ops.tree.consolidated is not None
+    directory = lookup_path(ops, "a0/c").st_ino
+    key = lookup_path(ops, "a0/c/1/0").st_ino
+    paths = [f"a{i}/{name}" for i in range(6) for name in ("array.raw", "info")]
+    listed = {path: lookup_path(ops, path).st_ino for path in paths}
+    assert len({directory, key, *listed.values()}) == 2 + len(listed)
+    assert isinstance(ops.inodes.node(directory), KeyDirNode)
+    assert isinstance(ops.inodes.node(key), KeyFileNode)
+    assert ops.inodes.parent(key) is None
+    for path, inode in listed.items():
+        assert ops.inodes.node(inode).name == path.split("/")[1]
+        assert ops.inodes.parent(inode).name == path.split("/")[0]  # type: ignore[union-attr]
+    stored = (root / "a0" / "c" / "1" / "0").read_bytes()
+    assert read_key(ops, "a0/c/1/0") == stored
+    assert ops.inodes.lookup_count(key) == 2
+    run(ops.forget, [(key, 2)])
+    with pytest.raises(NotFoundError):
+        ops.inodes.node(key)
+    assert ops.inodes.node(directory).name == "c"  # still held by the kernel
+    again = lookup_path(ops, "a0/c/1/0").st_ino
+    assert again not in {key, directory, *listed.values()}
+    assert read_key(ops, "a0/c/1/0") == stored
+    for path, inode in listed.items():
+        assert lookup_path(ops, path).st_ino == inode
 
 
 def read_key(ops: Operations, key: str) -> bytes:

@@ -6,24 +6,42 @@ chunk; where the root holds consolidated metadata, it alone lists the hierarchy.
 Which keys to read and what they mean is formats/hierarchy.py's business: this
 module knows no format. Loading does store I/O and runs in worker threads; one lock
 serialises it.
+
+Memory. A directory keeps what names it (``DirNode``: a few slots, the names of a
+group's children); what it is (its parsed metadata, its documents as shown, an
+array's state and its files: ``_Loaded``) is loaded on first use. Listed from
+consolidated metadata, a node's ``_Loaded`` is made again from the document
+whenever asked, so only the most recently used ones are kept (``MAX_LOADED_NODES``,
+``MAX_LOADED_BYTES`` of documents); listed from the store, it is kept for the
+mount's lifetime (loading it again would read the store again, and could differ).
+Kept for good as well: the root, and an array written through the mount (its
+documents may have changed since the document listed it). What a node's first
+loading had to say (documents of another layout beside it, an unsupported data
+type) is logged then only; a consolidated entry, valid JSON, makes formats/ log
+nothing. An array's state is never made twice: while anything holds it (an open
+file, unflushed chunks, another array's header using it as a coordinate), loading
+its node again finds it.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.writeback import WriteBack
-from zarrfs.errors import InvalidValueError, MetadataError, NotFoundError, StoreError
+from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats import hierarchy
-from zarrfs.formats.hierarchy import Listing
+from zarrfs.formats.hierarchy import Listing, node_documents, read_root_keys
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views import chunkkeys
@@ -33,51 +51,122 @@ from zarrfs.views.control import CONTROL_NAME, control_views
 from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView
-from zarrfs.views.sidecars import sidecar_views
+from zarrfs.views.sidecars import HDR_NAME, sidecar_views
 
 log = logging.getLogger(__name__)
 
 RAW_NAME = "array.raw"
 NPY_NAME = "array.npy"
 
+# The nodes listed from consolidated metadata whose parsed metadata, documents and
+# files are kept at once (docs/semantics.md, "Limits and hostile input"): a group of
+# 10 000 arrays fits, so that each pass of ls -R, find, stat loads each array once.
+MAX_LOADED_NODES = 12_288
+MAX_LOADED_BYTES = 8 << 20  # of their documents as shown
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)
 class FileNode:
     name: str
     view: View
     mtime: float
+    parent: DirNode | None = field(default=None, repr=False)
+    index: int = 0  # its position among the parent's entries (sorted by name)
+    # What the FUSE layer made of it (its attributes): kept as long as the node.
+    attributes: Any = field(default=None, repr=False)
 
 
-@dataclass(eq=False)
+class _Loaded:
+    """What a directory is, loaded from its documents."""
+
+    __slots__ = ("documents", "entries", "meta", "names", "order", "state", "used", "weight")
+
+    def __init__(self, meta: NodeMeta, documents: dict[str, bytes], state: ArrayState | None):
+        self.meta = meta
+        self.documents = documents  # shared with the array state, which may rewrite them
+        self.state = state  # arrays with flat views
+        self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
+        self.order: tuple[Node, ...] = ()  # the entries by position
+        self.names: tuple[bytes, ...] | None = None  # theirs as the kernel is told them
+        self.weight = sum(map(len, documents.values()))
+        self.used = False  # since the tree last looked whether to drop it
+
+
 class DirNode:
-    name: str
-    meta: NodeMeta
-    mtime: float
-    documents: dict[str, bytes]
-    state: ArrayState | None = field(default=None, repr=False)  # arrays with flat views
-    entries: dict[str, Node] | None = field(default=None, repr=False)
+    """A group or array directory: what names it; the rest is loaded by its tree."""
+
+    __slots__ = (
+        "_children",
+        "_coordinates",
+        "_loaded",
+        "_tree",
+        "first_inode",
+        "index",
+        "mtime",
+        "name",
+        "parent",
+    )
+
+    def __init__(self, tree: Tree, parent: DirNode | None, name: str, mtime: float) -> None:
+        self.name = name
+        self.parent = parent
+        self.index = 0  # its position among the parent's entries (sorted by name)
+        self.mtime = mtime
+        self.first_inode = 0  # the inode of its first entry (fuse/inodes.py); 0: none yet
+        self._tree = tree
+        # What it is, while loaded: for good, or while recent (then in tree._recent).
+        self._loaded: _Loaded | None = None
+        self._children: dict[str, DirNode] | None = None  # a group's, once listed
+        self._coordinates: object = None  # an array's header coordinates, once listed
+
+    def __repr__(self) -> str:
+        return f"DirNode({self.path or '/'!r})"
 
     @property
     def path(self) -> str:
-        return self.meta.path
+        if self.parent is None:
+            return ""
+        return join_key(self.parent.path, self.name)
+
+    @property
+    def meta(self) -> NodeMeta:
+        return self._tree.loaded_node(self).meta
+
+    @property
+    def documents(self) -> dict[str, bytes]:
+        return self._tree.loaded_node(self).documents
+
+    @property
+    def state(self) -> ArrayState | None:
+        return self._tree.loaded_node(self).state
 
     @property
     def is_array(self) -> bool:
         return isinstance(self.meta, ArrayMeta)
 
 
-@dataclass(eq=False)
 class KeyDirNode(DirNode):
     """A directory component of an array's chunk keys ("c", "c/0"): found by
-    lookup, never listed (views/chunkkeys.py)."""
+    lookup, never listed (views/chunkkeys.py). It lists nothing, and what it is
+    is kept with it: it is no node of the hierarchy to load again."""
 
-    array: DirNode | None = field(default=None, repr=False)
-    prefix: str = ""  # its key below the array's
+    __slots__ = ("__weakref__", "array", "prefix")
+
+    def __init__(
+        self, tree: Tree, parent: DirNode, name: str, array: DirNode, prefix: str
+    ) -> None:
+        super().__init__(tree, parent, name, array.mtime)
+        self.array = array
+        self.prefix = prefix  # its key below the array's
+        self._loaded = _Loaded(GroupMeta(array.path, 0, ()), {}, None)
+        self._loaded.entries = {}
+        self._children = {}
 
 
-@dataclass(eq=False)
 class KeyFileNode(FileNode):
     """A chunk key of an array, its stored value: found by lookup, never listed."""
+
+    __slots__ = ("__weakref__",)
 
 
 Node = DirNode | FileNode
@@ -88,55 +177,24 @@ def unlisted(node: Node) -> bool:
     return isinstance(node, (KeyDirNode, KeyFileNode))
 
 
-def read_root_keys(
-    store: Store,
-    reads: dict[str, bytes | None],
-    ignoring: Callable[[str, InvalidValueError], None],
-) -> tuple[str, bytes] | None:
-    """Read the root keys into ``reads`` (None: absent) up to the first present one:
-    (key, bytes), or None. A consolidated document the store may not read is handed
-    to ``ignoring`` (the store is listed instead); the root node's own document
-    raises InvalidValueError (the root is unusable)."""
-    for key in hierarchy.ROOT_KEYS:
-        try:
-            data = store.get(key, limit=hierarchy.ROOT_LIMIT)
-        except InvalidValueError as e:
-            if not hierarchy.shown_at_root(key):
-                raise
-            ignoring(key, e)
-            return None
-        reads[key] = data
-        if data is not None:
-            return key, data
-    return None
+class DirListing(Sequence[tuple[bytes, Node]]):
+    """A directory's (name as bytes, entry) pairs by position; made once per loaded
+    directory and shared by every handle."""
+
+    __slots__ = ("names", "nodes")
+
+    def __init__(self, names: tuple[bytes, ...], nodes: tuple[Node, ...]) -> None:
+        self.names = names
+        self.nodes = nodes
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: int) -> tuple[bytes, Node]:  # type: ignore[override]
+        return self.names[index], self.nodes[index]
 
 
-def node_documents(
-    store: Store,
-    listing: Listing | None,
-    root_reads: dict[str, bytes | None],
-    path: str,
-    names: tuple[str, ...] = hierarchy.NODE_KEYS,
-) -> dict[str, bytes]:
-    """The documents ``names`` that store directory ``path`` holds: from the
-    consolidated ``listing`` when there is one, else from the store (the root's
-    from ``root_reads``, read once with the root keys)."""
-    if listing is not None:
-        return listing.read(path, names)
-    if store.remote and store.listable:
-        # Over a network one listing costs less than probing every candidate:
-        # only the documents the directory holds are fetched.
-        present = set(store.list_dir(path).keys)
-        names = tuple(n for n in names if n in present)
-    docs = {}
-    for name in names:
-        if not path and name in root_reads:
-            data = root_reads[name]
-        else:
-            data = store.get(join_key(path, name), limit=hierarchy.NODE_LIMIT)
-        if data is not None:
-            docs[name] = data
-    return docs
+_NO_COORDINATES = object()  # listed: its header has none
 
 
 class Tree:
@@ -153,7 +211,7 @@ class Tree:
         self.store = store
         self.cache = cache
         self.writeback = writeback
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # loading an array may load its siblings
         # Set when the hierarchy is listed from consolidated metadata alone.
         self.consolidated: Listing | None = None
         self._consolidated_mtime: float | None = None
@@ -165,6 +223,15 @@ class Tree:
         # Chunk-key nodes the kernel holds, by (array path, key below it): one node
         # (one inode) per name while it is known, none once forgotten.
         self._unlisted: weakref.WeakValueDictionary[tuple[str, str], Node] = (
+            weakref.WeakValueDictionary()
+        )
+        # Nodes loaded from consolidated metadata, oldest first, and the weight of
+        # their documents; one that was used since it came to the front gets a
+        # second turn (the clock algorithm: a use costs a flag, not a reordering).
+        self._recent: OrderedDict[DirNode, None] = OrderedDict()
+        self._recent_bytes = 0
+        # The array states of those dropped, while anything holds them.
+        self._states: weakref.WeakValueDictionary[DirNode, ArrayState] = (
             weakref.WeakValueDictionary()
         )
         source = self._read_root()
@@ -198,7 +265,7 @@ class Tree:
             self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
     def _load_root(self) -> DirNode:
-        node = self._load_node("", "")
+        node = self._new_node(None, "", "")
         if node is None:
             raise MetadataError(f"{self.store.describe()}: no Zarr group or array metadata found")
         return node
@@ -206,8 +273,9 @@ class Tree:
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
         return node_documents(self.store, self.consolidated, self._root_reads, path, names)
 
-    def _load_node(self, path: str, name: str) -> DirNode | None:
-        """Classify the store directory ``path``; ``None`` if it is no Zarr node.
+    def _new_node(self, parent: DirNode | None, name: str, path: str) -> DirNode | None:
+        """Classify the store directory ``path``, ``name`` in ``parent`` (None: the
+        root); ``None`` if it is no Zarr node.
 
         Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
         node is hidden with one log line and the rest of the tree stays usable.
@@ -235,13 +303,75 @@ class Tree:
             docs.update(self._root_extra)
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
-        return DirNode(
-            name=name,
-            meta=meta,
-            mtime=self._mtime(path, docs),
-            documents=docs,
-            state=self._state(meta, docs),
-        )
+        node = DirNode(self, parent, name, self._mtime(path, docs))
+        loaded = self._make_loaded(node, meta, docs)
+        if self.consolidated is None or not path:
+            node._loaded = loaded  # for good
+        else:
+            self._remember(node, loaded)
+        return node
+
+    def _make_loaded(self, node: DirNode, meta: NodeMeta, docs: dict[str, bytes]) -> _Loaded:
+        state = None
+        if isinstance(meta, ArrayMeta) and meta.unsupported is None:
+            state = ArrayState(meta, docs, self.cache, self.writeback)
+        return _Loaded(meta, docs, state)
+
+    def _reload(self, node: DirNode) -> _Loaded:
+        """What a node listed from consolidated metadata is, again: its state where
+        something still holds it, else parsed again from the document (which made
+        it once already, logging what it had to say)."""
+        state = self._states.get(node)
+        if state is not None:
+            return _Loaded(state.meta, state.documents, state)
+        path = node.path
+        found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
+        if found is None:  # it was a node: the document has not changed
+            raise MetadataError(f"{path}: no longer a node")
+        return self._make_loaded(node, found.meta, dict(found.documents))
+
+    def loaded_node(self, node: DirNode) -> _Loaded:
+        """What ``node`` is: kept, recently used, or loaded again."""
+        loaded = node._loaded
+        if loaded is not None:
+            loaded.used = True
+            return loaded
+        with self._lock:
+            loaded = node._loaded
+            if loaded is None:
+                loaded = self._reload(node)
+                self._remember(node, loaded)
+            return loaded
+
+    def _remember(self, node: DirNode, loaded: _Loaded) -> None:
+        recent = self._recent
+        with self._lock:
+            node._loaded = loaded
+            recent[node] = None
+            self._recent_bytes += loaded.weight
+            while len(recent) > 1 and (
+                len(recent) > MAX_LOADED_NODES or self._recent_bytes > MAX_LOADED_BYTES
+            ):
+                oldest, _ = recent.popitem(last=False)
+                dropped = oldest._loaded
+                assert dropped is not None
+                if dropped.used:
+                    dropped.used = False
+                    recent[oldest] = None
+                    continue
+                oldest._loaded = None
+                self._recent_bytes -= dropped.weight
+                if dropped.state is not None:
+                    self._states[oldest] = dropped.state  # found again while in use
+
+    def pin(self, node: DirNode) -> None:
+        """Keep what ``node`` is for good: an array about to be written (a resize
+        changes its documents, which the consolidated document would not show)."""
+        with self._lock:
+            loaded = self.loaded_node(node)
+            if node in self._recent:
+                del self._recent[node]
+                self._recent_bytes -= loaded.weight
 
     def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
         if self.consolidated is not None and self._consolidated_mtime is not None:
@@ -251,48 +381,63 @@ class Tree:
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
         return max((m for m in mtimes if m is not None), default=time.time())
 
-    def _state(self, meta: NodeMeta, docs: dict[str, bytes]) -> ArrayState | None:
-        if isinstance(meta, ArrayMeta) and meta.unsupported is None:
-            return ArrayState(meta, docs, self.cache, self.writeback)
-        return None
+    # -- entries ------------------------------------------------------------------------
 
     @staticmethod
-    def _document_entries(node: DirNode) -> dict[str, Node]:
+    def _document_entries(node: DirNode, loaded: _Loaded) -> dict[str, Node]:
         return {
-            name: FileNode(name, DocumentView(node.documents, name), node.mtime)
-            for name in node.documents
+            name: FileNode(name, DocumentView(loaded.documents, name), node.mtime, node)
+            for name in loaded.documents
         }
 
-    def _array_entries(self, node: DirNode) -> dict[str, Node]:
-        entries = self._document_entries(node)
-        if node.state is not None:
-            entries[RAW_NAME] = FileNode(RAW_NAME, RawView(node.state), node.mtime)
-            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(node.state), node.mtime)
-            sibling = functools.partial(self._sibling_array, node)
-            for name, view in sidecar_views(node.state, sibling).items():
-                entries[name] = FileNode(name, view, node.mtime)
-        assert isinstance(node.meta, ArrayMeta)
-        info = InfoView(node.meta, node.documents, node.state, self.store)
-        entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime)
+    def _array_entries(self, node: DirNode, loaded: _Loaded) -> dict[str, Node]:
+        entries = self._document_entries(node, loaded)
+        state = loaded.state
+        if state is not None:
+            entries[RAW_NAME] = FileNode(RAW_NAME, RawView(state), node.mtime, node)
+            entries[NPY_NAME] = FileNode(NPY_NAME, NpyView(state), node.mtime, node)
+            for name, view in self._sidecar_views(node, state).items():
+                entries[name] = FileNode(name, view, node.mtime, node)
+        assert isinstance(loaded.meta, ArrayMeta)
+        info = InfoView(loaded.meta, loaded.documents, state, self.store)
+        entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
         return entries
+
+    def _sidecar_views(self, node: DirNode, state: ArrayState) -> dict[str, View]:
+        """The headers, with the coordinates settled when the array was first listed
+        (which siblings they are, from metadata alone: a sibling resized since then
+        makes its header show no map info, as it always did)."""
+        if node._coordinates is None:
+            views = sidecar_views(state, functools.partial(self._sibling_array, node))
+            found = getattr(views.get(HDR_NAME), "coordinates", None)
+            node._coordinates = _NO_COORDINATES if found is None else found
+            return views
+        views = sidecar_views(state, lambda name: None)
+        header = views.get(HDR_NAME)
+        if header is not None and node._coordinates is not _NO_COORDINATES:
+            header.coordinates = node._coordinates  # type: ignore[attr-defined]
+        return views
 
     def _sibling_array(self, node: DirNode, name: str) -> ArrayState | None:
         """The array ``name`` beside ``node`` in its group (where xarray keeps
-        coordinates), from entries already loaded: the parent was listed to reach it."""
-        parent: Node | None = self.root if node.path else None
-        for part in [*node.path.split("/")[:-1], name]:
-            loaded = parent.entries if isinstance(parent, DirNode) else None
-            parent = loaded.get(part) if loaded is not None else None
-        return parent.state if isinstance(parent, DirNode) and parent is not node else None
+        coordinates), from the group's children: the parent was listed to reach it."""
+        children = node.parent._children if node.parent is not None else None
+        sibling = children.get(name) if children is not None else None
+        return sibling.state if sibling is not None and sibling is not node else None
 
-    def _group_entries(self, node: DirNode) -> dict[str, Node]:
-        entries = self._document_entries(node)
-        for child in self._child_names(node.path):
-            if child in entries:
-                continue
-            loaded = self._load_node(join_key(node.path, child), child)
-            if loaded is not None:
-                entries[child] = loaded
+    def _group_entries(self, node: DirNode, loaded: _Loaded) -> dict[str, Node]:
+        entries = self._document_entries(node, loaded)
+        if node._children is None:
+            children = {}
+            path = node.path
+            for child in self._child_names(path):
+                if child in entries:
+                    continue
+                made = self._new_node(node, child, join_key(path, child))
+                if made is not None:
+                    children[child] = made
+            node._children = children
+        entries.update(node._children)
         return entries
 
     def _child_names(self, path: str) -> tuple[str, ...]:
@@ -307,12 +452,17 @@ class Tree:
     def show_control(self) -> None:
         """Show the control directory (views/control.py) at the root, as a mount does
         (``zarrfs tree`` and tests of the tree do not); before the root is listed."""
-        assert self.root.entries is None, "the root is listed already"
+        assert self.root._children is None, "the root is listed already"
         now = time.time()
         files = control_views(self.cache, self.writeback, self.store)
-        entries: dict[str, Node] = {n: FileNode(n, v, now) for n, v in sorted(files.items())}
-        meta = GroupMeta(CONTROL_NAME, 0, ())
-        self.control = DirNode(CONTROL_NAME, meta, now, {}, entries=entries)
+        control = DirNode(self, self.root, CONTROL_NAME, now)
+        control._loaded = _Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
+        control._children = {}
+        _listed(
+            control._loaded,
+            {n: FileNode(n, v, now, control) for n, v in sorted(files.items())},
+        )
+        self.control = control
 
     def _add_control(self, node: DirNode, loaded: dict[str, Node]) -> None:
         if node is not self.root or self.control is None:
@@ -322,18 +472,44 @@ class Tree:
             log.warning("hiding the store's %s: zarrfs's control directory", CONTROL_NAME)
         loaded[CONTROL_NAME] = self.control
 
-    def entries(self, node: DirNode) -> dict[str, Node]:
-        """The directory's children by name, sorted (blocking on first call)."""
-        if node.entries is None:
+    def _listed(self, node: DirNode) -> _Loaded:
+        loaded = self.loaded_node(node)
+        if loaded.entries is None:
             with self._lock:
-                if node.entries is None:
-                    if isinstance(node.meta, ArrayMeta):
-                        loaded = self._array_entries(node)
+                if loaded.entries is None:
+                    if isinstance(loaded.meta, ArrayMeta):
+                        entries = self._array_entries(node, loaded)
                     else:
-                        loaded = self._group_entries(node)
-                    self._add_control(node, loaded)
-                    node.entries = dict(sorted(loaded.items()))
-        return node.entries
+                        entries = self._group_entries(node, loaded)
+                    self._add_control(node, entries)
+                    _listed(loaded, entries)
+        return loaded
+
+    def entries(self, node: DirNode) -> Mapping[str, Node]:
+        """The directory's children by name, sorted (blocking on first call)."""
+        loaded = node._loaded
+        if loaded is not None and loaded.entries is not None:
+            loaded.used = True
+            return loaded.entries
+        entries = self._listed(node).entries
+        assert entries is not None
+        return entries
+
+    def child(self, node: DirNode, index: int) -> Node:
+        """The entry at ``index`` of the directory (IndexError: none)."""
+        loaded = node._loaded
+        if loaded is None or loaded.entries is None:
+            loaded = self._listed(node)
+        loaded.used = True
+        return loaded.order[index]
+
+    def listing(self, node: DirNode) -> DirListing:
+        """The directory's entries as the kernel is told them (blocking on first call)."""
+        loaded = self._listed(node)
+        if loaded.names is None:
+            assert loaded.entries is not None
+            loaded.names = tuple(map(os.fsencode, loaded.entries))
+        return DirListing(loaded.names, loaded.order)
 
     def lookup(self, node: DirNode, name: str) -> Node:
         try:
@@ -361,20 +537,12 @@ class Tree:
                 assert isinstance(known.view, ChunkKeyView)
                 if known.view.same_value(view):
                     return known  # same version: same inode, the kernel keeps its dentry
-            node = KeyFileNode(name, view, view.mtime or array.mtime)
+            node = KeyFileNode(name, view, view.mtime or array.mtime, parent)
         elif chunkkeys.is_key_directory(meta, relative):
             known = self._unlisted.get((array.path, relative))
             if isinstance(known, KeyDirNode):
                 return known
-            node = KeyDirNode(
-                name=name,
-                meta=GroupMeta(meta.path, 0, ()),
-                mtime=array.mtime,
-                documents={},
-                entries={},  # lists nothing
-                array=array,
-                prefix=relative,
-            )
+            node = KeyDirNode(self, parent, name, array, relative)
         else:
             return None
         self._unlisted[(array.path, relative)] = node
@@ -404,10 +572,22 @@ class Tree:
         return node
 
     def loaded(self, node: DirNode) -> bool:
-        return node.entries is not None
+        """Whether the directory has been listed."""
+        loaded = node._loaded
+        return node._children is not None or (loaded is not None and loaded.entries is not None)
 
     def needs_io(self, node: DirNode) -> bool:
         """Whether listing ``node`` reads the store (else it is quick enough to do inline)."""
-        if node.entries is not None or isinstance(node.meta, ArrayMeta):
+        if self.consolidated is not None:
             return False
-        return self.consolidated is None
+        return not self.loaded(node) and not isinstance(node.meta, ArrayMeta)
+
+
+def _listed(loaded: _Loaded, entries: dict[str, Node]) -> None:
+    """Set the entries, sorted by name, each knowing its position."""
+    ordered = dict(sorted(entries.items()))
+    order = tuple(ordered.values())
+    for index, entry in enumerate(order):
+        entry.index = index
+    loaded.order = order
+    loaded.entries = ordered

@@ -20,6 +20,7 @@ is atomic (no awaits).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -56,7 +57,10 @@ class Ledger(Protocol):
 
 class ChunkStates:
     def __init__(self, owner: Any, ledger: Ledger | None) -> None:
-        self._owner = owner  # the ArrayState, as the ledger knows it
+        # The ArrayState, as the ledger knows it; weakly, so that an array state no
+        # longer used is freed at once, not by the cycle collector (the tree lets go
+        # of the states of arrays listed long ago: tree.py).
+        self._owner = weakref.ref(owner)
         self._ledger = ledger
         self._dirty: dict[Index, Dirty] = {}
         self._frozen: dict[Index, np.ndarray] = {}
@@ -71,12 +75,12 @@ class ChunkStates:
         """``dirty`` is now the chunk's newest version (replacing any before it)."""
         self._dirty[index] = dirty
         if self._ledger is not None:
-            self._ledger.track(self._owner, index, dirty)
+            self._ledger.track(self._owner(), index, dirty)
 
     def drop(self, index: Index) -> None:
         """Forget a dirty chunk (a shrink left it beyond the end)."""
         if self._dirty.pop(index, None) is not None and self._ledger is not None:
-            self._ledger.dropped(self._owner, index)
+            self._ledger.dropped(self._owner(), index)
 
     # -- flushes ----------------------------------------------------------------------
 
@@ -98,7 +102,7 @@ class ChunkStates:
                 raise RuntimeError(f"chunk {index} is not the complete dirty version")
             del self._dirty[index]
             if self._ledger is not None:
-                self._ledger.dropped(self._owner, index)
+                self._ledger.dropped(self._owner(), index)
             dirty.data.flags.writeable = False
             self._frozen[index] = dirty.data
         self._held[unit] = trio.Event()

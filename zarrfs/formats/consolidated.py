@@ -21,11 +21,11 @@ is what the mount shows and rewrites.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from zarrfs.errors import MetadataError
 from zarrfs.formats import jsontext
+from zarrfs.formats.limits import MAX_DOCUMENT_BYTES, MAX_JSON_DEPTH
 from zarrfs.formats.model import join_key
 from zarrfs.formats.v2 import ARRAY_KEY, ATTRS_KEY, CONSOLIDATED_KEY, GROUP_KEY, load_json_object
 from zarrfs.formats.v3 import ZARR_JSON
@@ -41,7 +41,8 @@ class Children(Mapping[str, tuple[str, ...]]):
 
     A path of ``n`` components costs ``n`` entries, not its ``n`` prefixes as
     strings: one key of a million ``a/a/a/...`` components would otherwise be
-    terabytes of prefixes.
+    terabytes of prefixes. Nodes without children (most: arrays) share one empty
+    mapping.
     """
 
     def __init__(self) -> None:
@@ -50,8 +51,12 @@ class Children(Mapping[str, tuple[str, ...]]):
     def add(self, path: str) -> None:
         """Record every step of ``path`` ("" is the root) as a child of the one before."""
         node = self._root
-        for part in path.split("/") if path else ():
-            node = node.setdefault(part, {})
+        parts = path.split("/") if path else ()
+        for i, part in enumerate(parts):
+            child = node.get(part)
+            if child is None or child is _LEAF:
+                child = node[part] = _LEAF if i == len(parts) - 1 else {}
+            node = child
 
     def _node(self, path: str) -> dict[str, dict] | None:
         node: dict[str, dict] | None = self._root
@@ -80,27 +85,117 @@ class Children(Mapping[str, tuple[str, ...]]):
         return f"Children({dict(self)!r})"
 
 
-@dataclass(frozen=True)
-class Consolidated:
-    """The hierarchy as one consolidated document describes it."""
+_LEAF: dict[str, dict] = {}  # never written to: add() replaces it where a path goes on
 
-    documents: dict[str, bytes]  # store key → document bytes as shown
-    children: Children = field(repr=False)  # node path → names of its direct children
-    indent: int | None
-    sort_keys: bool
-    key: str = CONSOLIDATED_KEY  # the root key holding it (its mtime is every node's)
+
+class Consolidated:
+    """The hierarchy as one consolidated document describes it.
+
+    The document is held as it is, with where each node document's entry lies in it
+    (one int per entry); an entry is parsed and serialised when it is read, and
+    not kept (the tree keeps what it needs of the nodes in use).
+    """
+
+    def __init__(
+        self,
+        source: bytes,
+        spans: dict[str, int],
+        children: Children,
+        indent: int | None,
+        sort_keys: bool,
+        key: str = CONSOLIDATED_KEY,
+        stored: dict[str, bytes] | None = None,
+        names: Iterable[str] = NODE_DOCUMENTS,
+    ) -> None:
+        self._source = source  # the document's UTF-8 text, which spans index
+        self._spans = spans  # store key of a node document → its entry (jsontext.span)
+        self._stored = stored or {}  # store key → a document shown as stored
+        self._names = frozenset(names)  # of the documents a node's entries may be
+        self.children = children  # node path → names of its direct children
+        self.indent = indent
+        self.sort_keys = sort_keys
+        self.key = key  # the root key holding it (its mtime is every node's)
+
+    def __repr__(self) -> str:
+        return f"Consolidated({self.key!r}, {len(self._spans) + len(self._stored)} documents)"
+
+    @property
+    def documents(self) -> Mapping[str, bytes]:
+        """Store key → document bytes as shown (made on each read)."""
+        return _Documents(self)
 
     def read(self, path: str, names: Iterable[str]) -> dict[str, bytes]:
-        """The documents ``names`` of node ``path`` that the file holds."""
+        """The documents ``names`` of node ``path`` that the file holds.
+
+        MetadataError when one of them would be larger than a node's document may be
+        (MAX_DOCUMENT_BYTES): indenting may multiply a deeply nested entry.
+        """
         prefix = f"{path}/" if path else ""
-        return {n: self.documents[prefix + n] for n in names if prefix + n in self.documents}
+        found = {}
+        for name in names:
+            if name not in self._names:
+                continue
+            key = prefix + name
+            if key in self._spans or key in self._stored:
+                document = self.document(key)
+                if document is not None:
+                    found[name] = document
+        return found
+
+    def document(self, key: str) -> bytes | None:
+        """The document at store key ``key`` as shown; None when the file has none."""
+        stored = self._stored.get(key)
+        if stored is not None:
+            return stored
+        packed = self._spans.get(key)
+        if packed is None:
+            return None
+        text = self._source[jsontext.start(packed) : jsontext.end(packed)]
+        value = jsontext.loads_object(text)
+        name = key.rpartition("/")[2]
+        if name == GROUP_KEY or (name == ZARR_JSON and value.get("node_type") == "group"):
+            value.pop(NESTED_MEMBER, None)
+        # Entries as zarr-python writes them are far below the bound once indented:
+        # only the others are measured while they are made.
+        depth = min(text.count(b"[") + text.count(b"{"), MAX_JSON_DEPTH)
+        worst = len(text) * (8 + (self.indent or 0) * depth)
+        limit = MAX_DOCUMENT_BYTES if worst > MAX_DOCUMENT_BYTES else None
+        try:
+            return dump_document(value, self.indent, self.sort_keys, limit)
+        except jsontext.TooLong:
+            raise MetadataError(
+                f"{key} from {self.key} is larger than {MAX_DOCUMENT_BYTES} bytes once "
+                "indented as its writer indents documents"
+            ) from None
 
     def dumps(self, value: Any) -> bytes:
         return dump_document(value, self.indent, self.sort_keys)
 
 
-def dump_document(value: Any, indent: int | None, sort_keys: bool) -> bytes:
-    return jsontext.dumps(value, indent, sort_keys).encode()
+class _Documents(Mapping[str, bytes]):
+    """A Consolidated's documents by store key, each made when read."""
+
+    def __init__(self, listing: Consolidated) -> None:
+        self._listing = listing
+
+    def __getitem__(self, key: str) -> bytes:
+        document = self._listing.document(key)
+        if document is None:
+            raise KeyError(key)
+        return document
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._listing._stored
+        yield from self._listing._spans
+
+    def __len__(self) -> int:
+        return len(self._listing._stored) + len(self._listing._spans)
+
+
+def dump_document(
+    value: Any, indent: int | None, sort_keys: bool, limit: int | None = None
+) -> bytes:
+    return jsontext.dumps(value, indent, sort_keys, limit).encode()
 
 
 def _style(data: bytes) -> tuple[int | None, int, bool]:
@@ -126,34 +221,37 @@ def replace_entry(original: bytes, key: str, document: bytes) -> bytes | None:
     return dump_document(doc, indent, sort_keys)
 
 
+def _read(data: bytes, what: str, path: tuple[str, ...]) -> tuple[dict[str, Any], bytes]:
+    """The members of the JSON object ``data``, the object at member path ``path``
+    as spans, and the text they index (jsontext.read_object)."""
+    read = jsontext.read_object(data, what, path)
+    if read is None:
+        load_json_object(data, what)  # raises: says why it is no object
+        raise MetadataError(f"{what} is not a JSON object")
+    return read
+
+
 def parse_consolidated(data: bytes) -> Consolidated:
     """Raises MetadataError when ``data`` is no consolidated-metadata document."""
-    doc = load_json_object(data, ".zmetadata")
+    doc, source = _read(data, ".zmetadata", ("metadata",))
     if doc.get("zarr_consolidated_format") != 1:
         fmt = doc.get("zarr_consolidated_format")
         raise MetadataError(f".zmetadata: zarr_consolidated_format is {fmt!r}, expected 1")
     entries = doc.get("metadata")
-    if not isinstance(entries, dict):
+    if not isinstance(entries, jsontext.Spans):
         raise MetadataError(".zmetadata: 'metadata' is not a JSON object")
     _, indent, sort_keys = _style(data)
-    documents: dict[str, bytes] = {}
+    spans: dict[str, int] = {}
     children = Children()
-    for key, value in entries.items():
+    for key, packed in entries.items():
         path, _, name = key.rpartition("/")
         if name not in NODE_DOCUMENTS or any(p in ("", ".", "..") for p in key.split("/")[:-1]):
             continue  # not a node document (or an unsafe path): not shown
-        if not isinstance(value, dict):
+        if not jsontext.span(packed)[2]:
             raise MetadataError(f".zmetadata: entry {key!r} is not a JSON object")
-        if name == GROUP_KEY:
-            value = {k: v for k, v in value.items() if k != NESTED_MEMBER}
-        documents[key] = dump_document(value, indent, sort_keys)
+        spans[key] = packed
         children.add(path)
-    return Consolidated(
-        documents=documents,
-        children=children,
-        indent=indent,
-        sort_keys=sort_keys,
-    )
+    return Consolidated(source, spans, children, indent, sort_keys)
 
 
 def open_v2(data: bytes) -> Consolidated:
@@ -173,7 +271,7 @@ def parse_v3_consolidated(data: bytes) -> Consolidated | None:
     node's ``zarr.json``, serialised in the root document's indent and key order.
     """
     where = f"{ZARR_JSON} consolidated_metadata"
-    doc = load_json_object(data, ZARR_JSON)
+    doc, source = _read(data, ZARR_JSON, (NESTED_MEMBER, "metadata"))
     member = doc.get(NESTED_MEMBER)
     if member is None:
         return None
@@ -184,26 +282,26 @@ def parse_v3_consolidated(data: bytes) -> Consolidated | None:
     if member.get("kind") != "inline":
         raise MetadataError(f"{where}: kind is {member.get('kind')!r}, expected 'inline'")
     entries = member.get("metadata")
-    if not isinstance(entries, dict):
+    if not isinstance(entries, jsontext.Spans):
         raise MetadataError(f"{where}: 'metadata' is not a JSON object")
-    indent = _indent(data)
-    documents: dict[str, bytes] = {ZARR_JSON: data}
+    spans: dict[str, int] = {}
     children = Children()
-    for path, value in entries.items():
+    for path, packed in entries.items():
         if not _safe(path):
             continue  # the root itself, or an unsafe path: not shown
-        if not isinstance(value, dict):
+        if not jsontext.span(packed)[2]:
             raise MetadataError(f"{where}: entry {path!r} is not a JSON object")
-        if value.get("node_type") == "group":
-            value = {k: v for k, v in value.items() if k != NESTED_MEMBER}
-        documents[join_key(path, ZARR_JSON)] = dump_document(value, indent, False)
+        spans[join_key(path, ZARR_JSON)] = packed
         children.add(path)
     return Consolidated(
-        documents=documents,
-        children=children,
-        indent=indent,
+        source,
+        spans,
+        children,
+        indent=_indent(data),
         sort_keys=False,
         key=ZARR_JSON,
+        stored={ZARR_JSON: data},
+        names=(ZARR_JSON,),
     )
 
 

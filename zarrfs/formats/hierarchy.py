@@ -14,6 +14,8 @@ tree.py knows no format. What it asks, it asks here:
   the group's own documents (``.zmetadata``), or is one of them (``zarr.json``).
 * ``NODE_KEYS`` and ``node_at(path, documents)``: which keys of a store directory
   may make it a node (each up to ``NODE_LIMIT``), and the node they make.
+* ``read_root_keys`` and ``node_documents``: those reads, from a store (the tree's,
+  and the walk of ``zarrfs check``/``tree``).
 
 A new format is added by its own module and an entry in detect.py's ``LAYOUTS``
 (and here, if it has consolidated metadata); tree.py does not change.
@@ -24,11 +26,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from zarrfs.errors import MetadataError
+from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats import consolidated, detect, v2, v3
 from zarrfs.formats.consolidated import Consolidated
 from zarrfs.formats.detect import Detected
 from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
+from zarrfs.formats.model import join_key
+from zarrfs.stores.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,57 @@ def open_listing(key: str, data: bytes) -> Listing | None:
     except MetadataError as e:
         log.warning("ignoring the consolidated metadata: %s; listing the store instead", e)
         return None
+
+
+def read_root_keys(
+    store: Store,
+    reads: dict[str, bytes | None],
+    ignoring: Callable[[str, InvalidValueError], None],
+) -> tuple[str, bytes] | None:
+    """Read the root keys into ``reads`` (None: absent) up to the first present one:
+    (key, bytes), or None. A consolidated document the store may not read is handed
+    to ``ignoring`` (the store is listed instead); the root node's own document
+    raises InvalidValueError (the root is unusable)."""
+    for key in ROOT_KEYS:
+        try:
+            data = store.get(key, limit=ROOT_LIMIT)
+        except InvalidValueError as e:
+            if not shown_at_root(key):
+                raise
+            ignoring(key, e)
+            return None
+        reads[key] = data
+        if data is not None:
+            return key, data
+    return None
+
+
+def node_documents(
+    store: Store,
+    listing: Listing | None,
+    root_reads: dict[str, bytes | None],
+    path: str,
+    names: tuple[str, ...] = NODE_KEYS,
+) -> dict[str, bytes]:
+    """The documents ``names`` that store directory ``path`` holds: from the
+    consolidated ``listing`` when there is one, else from the store (the root's
+    from ``root_reads``, read once with the root keys)."""
+    if listing is not None:
+        return listing.read(path, names)
+    if store.remote and store.listable:
+        # Over a network one listing costs less than probing every candidate:
+        # only the documents the directory holds are fetched.
+        present = set(store.list_dir(path).keys)
+        names = tuple(n for n in names if n in present)
+    docs = {}
+    for name in names:
+        if not path and name in root_reads:
+            data = root_reads[name]
+        else:
+            data = store.get(join_key(path, name), limit=NODE_LIMIT)
+        if data is not None:
+            docs[name] = data
+    return docs
 
 
 def shown_at_root(key: str) -> bool:

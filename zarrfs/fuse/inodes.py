@@ -1,67 +1,143 @@
 """Inode numbers for tree nodes, and open-handle numbers for files and directories.
 
-Tree nodes live as long as the mount, so each keeps one inode number for the
-mount's lifetime (``ls -i`` is stable); the kernel's lookup counts are tracked
-so ``forget`` is answered, but a forgotten node keeps its number. Chunk keys
-(found by lookup, never listed) are the exception: there may be millions, so one
-the kernel has forgotten is dropped, and is numbered anew if looked up again.
+Each node keeps one inode number for the mount's lifetime (``ls -i`` is stable),
+without a table entry per node: when a directory's entries are first numbered,
+they get consecutive numbers (a block) in their sorted order, and an entry's
+number is its directory's first plus its position. So the number finds the node
+again (its directory, then the position) even where the tree has let go of the
+node itself and makes it again (tree.py), and a listed node costs the table 8
+bytes: which directory numbers it, and the kernel's count of lookups of it. Those
+counts are tracked so ``forget`` is answered, but a forgotten node keeps its
+number.
+
+Chunk keys (found by lookup, never listed) are the exception: they have no
+position in a listing, and there may be millions. They are numbered from a range
+of their own (from ``UNLISTED_FIRST``, far above any block), kept in a table entry
+while the kernel holds them, dropped once it has forgotten them, and numbered
+anew if looked up again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from array import array
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 import pyfuse3
 
 from zarrfs.errors import NotFoundError
-from zarrfs.tree import Node, unlisted
+from zarrfs.tree import DirNode, FileNode, Node, unlisted
 
 T = TypeVar("T")
 
+_MAX_COUNT = 2**32 - 1
+# The first number of a node found by lookup alone: listed blocks never reach it
+# (2**48 listed entries would cost the table 2 PiB), and numbers stay below 2**63.
+UNLISTED_FIRST = 1 << 48
+
 
 class InodeTable:
-    def __init__(self, root: Node) -> None:
-        self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: root}
-        self._inodes: dict[int, int] = {id(root): pyfuse3.ROOT_INODE}
-        self._lookups: dict[int, int] = {}
+    def __init__(
+        self,
+        root: DirNode,
+        entries: Callable[[DirNode], int],
+        child: Callable[[DirNode, int], Node],
+    ) -> None:
+        """``entries``: how many entries a directory has; ``child``: its entry at a
+        position (both from tree.py, which may make them again)."""
+        self._root = root
+        self._count_entries = entries
+        self._child = child
+        self._directories: list[DirNode] = []  # each numbered one, in numbering order
         self._next = pyfuse3.ROOT_INODE + 1
+        # By inode: which of them holds it, and the kernel's lookups of it.
+        self._holders = array("I", bytes(4 * self._next))
+        self._lookups = array("I", bytes(4 * self._next))
+        # Nodes found by lookup alone, while the kernel holds them: by inode, the
+        # inode by node, and the kernel's lookups of each.
+        self._unlisted_nodes: dict[int, Node] = {}
+        self._unlisted_inodes: dict[int, int] = {}
+        self._unlisted_lookups: dict[int, int] = {}
+        self._next_unlisted = UNLISTED_FIRST
+
+    def _first(self, directory: DirNode) -> int:
+        """The inode of the directory's first entry, numbering them if need be."""
+        first = directory.first_inode
+        if not first:
+            first = directory.first_inode = self._next
+            count = self._count_entries(directory)
+            self._next += count
+            self._holders.extend([len(self._directories)] * count)
+            self._lookups.frombytes(bytes(4 * count))
+            self._directories.append(directory)
+        return first
 
     def node(self, inode: int) -> Node:
-        try:
-            return self._nodes[inode]
-        except KeyError:
-            raise NotFoundError(f"inode {inode}") from None
+        if inode == pyfuse3.ROOT_INODE:
+            return self._root
+        if not pyfuse3.ROOT_INODE < inode < self._next:
+            try:
+                return self._unlisted_nodes[inode]
+            except KeyError:
+                raise NotFoundError(f"inode {inode}") from None
+        directory = self._directories[self._holders[inode]]
+        return self._child(directory, inode - directory.first_inode)
+
+    def parent(self, inode: int) -> DirNode | None:
+        """The directory holding the node numbered ``inode`` (None: the root, a node
+        found by lookup alone, or no node)."""
+        if not pyfuse3.ROOT_INODE < inode < self._next:
+            return None
+        return self._directories[self._holders[inode]]
 
     def inode_of(self, node: Node) -> int:
-        inode = self._inodes.get(id(node))
-        if inode is None:
-            inode = self._next
-            self._next += 1
-            self._inodes[id(node)] = inode
-            self._nodes[inode] = node
-        return inode
+        if unlisted(node):
+            inode = self._unlisted_inodes.get(id(node))
+            if inode is None:
+                inode = self._next_unlisted
+                self._next_unlisted += 1
+                self._unlisted_inodes[id(node)] = inode
+                self._unlisted_nodes[inode] = node  # which keeps id(node) its own
+            return inode
+        parent = node.parent
+        if parent is None:
+            if node is not self._root:
+                raise NotFoundError(f"{node.name}: in no directory")
+            return pyfuse3.ROOT_INODE
+        return (parent.first_inode or self._first(parent)) + node.index
 
     def remember(self, inode: int) -> None:
-        self._lookups[inode] = self._lookups.get(inode, 0) + 1
+        if inode < self._next:
+            if self._lookups[inode] < _MAX_COUNT:
+                self._lookups[inode] += 1
+        elif inode in self._unlisted_nodes:
+            self._unlisted_lookups[inode] = self._unlisted_lookups.get(inode, 0) + 1
 
     def forget(self, inode: int, count: int) -> bool:
         """Count the kernel's forgets; True when a node found by lookup alone (a
         chunk key) was dropped with its number: the kernel holds it no more."""
-        left = self._lookups.get(inode, 0) - count
+        if inode < self._next:
+            self._lookups[inode] = max(self._lookups[inode] - count, 0)
+            return False
+        left = self._unlisted_lookups.get(inode, 0) - count
         if left > 0:
-            self._lookups[inode] = left
+            self._unlisted_lookups[inode] = left
             return False
-        self._lookups.pop(inode, None)
-        node = self._nodes.get(inode)
-        if node is None or not unlisted(node):
+        self._unlisted_lookups.pop(inode, None)
+        node = self._unlisted_nodes.pop(inode, None)
+        if node is None:
             return False
-        del self._nodes[inode]
-        del self._inodes[id(node)]
+        del self._unlisted_inodes[id(node)]
+        if isinstance(node, FileNode):
+            # Its attributes name the number just dropped: a node still held (by an
+            # open file) and found again is numbered anew.
+            node.attributes = None
         return True
 
     def lookup_count(self, inode: int) -> int:
-        return self._lookups.get(inode, 0)
+        if inode < self._next:
+            return self._lookups[inode]
+        return self._unlisted_lookups.get(inode, 0)
 
 
 class HandleTable(Generic[T]):

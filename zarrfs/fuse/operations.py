@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import stat
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ import trio
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse.inodes import HandleTable, InodeTable
-from zarrfs.tree import DirNode, FileNode, Node, Tree, unlisted
+from zarrfs.tree import DirListing, DirNode, FileNode, Node, Tree, unlisted
 from zarrfs.views.base import DocumentView
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 
@@ -35,6 +36,10 @@ ATTR_TIMEOUT = 60.0
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
+# Directories' attributes are kept for the most recently asked ones only, so that a
+# listed node costs nothing here (docs/semantics.md, "Limits and hostile input");
+# a file's are kept with it, as long as the tree keeps the file.
+MAX_DIRECTORY_ATTRIBUTES = 16_384
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -109,18 +114,16 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.tree = tree
         self.read_only = read_only or tree.writeback is None
-        self.inodes = InodeTable(tree.root)
+        self.inodes = InodeTable(tree.root, lambda d: len(tree.entries(d)), tree.child)
         self.files: HandleTable[OpenFile] = HandleTable()
-        self.parents: dict[int, DirNode] = {}  # file inode → its array directory
         # Inodes whose pages the kernel may hold: they served a read through the page
         # cache since they were last invalidated.
         self.page_cached: set[int] = set()
         self.mounted = False  # set once the kernel is attached (invalidation needs it)
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
-        self.dirs: HandleTable[list[tuple[bytes, Node]]] = HandleTable()
-        self._listings: dict[int, list[tuple[bytes, Node]]] = {}  # directory inode: its names
-        self._attrs: dict[int, pyfuse3.EntryAttributes] = {}
+        self.dirs: HandleTable[DirListing] = HandleTable()
+        self._attrs: OrderedDict[int, pyfuse3.EntryAttributes] = OrderedDict()  # directories'
         self._uid = os.getuid()
         self._gid = os.getgid()
 
@@ -143,17 +146,24 @@ class Operations(pyfuse3.Operations):
         return node
 
     def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
-        """The node's attributes; built once per inode, the size kept current.
+        """The node's attributes; built once per node while it is kept, the size kept
+        current.
 
         pyfuse3 copies them into each reply, so one object per inode can be reused.
         """
+        if isinstance(node, FileNode):
+            attr = node.attributes
+            if attr is None:
+                attr = node.attributes = self._new_attributes(node, self.inodes.inode_of(node))
+            attr.st_size = node.view.size
+            attr.st_blocks = -(-attr.st_size // 512)
+            return attr
         inode = self.inodes.inode_of(node)
         attr = self._attrs.get(inode)
         if attr is None:
             attr = self._attrs[inode] = self._new_attributes(node, inode)
-        if isinstance(node, FileNode):
-            attr.st_size = node.view.size
-            attr.st_blocks = -(-attr.st_size // 512)
+            if len(self._attrs) > MAX_DIRECTORY_ATTRIBUTES:
+                self._attrs.popitem(last=False)
         return attr
 
     def _fresh_document(self, node: Node) -> bool:
@@ -207,8 +217,6 @@ class Operations(pyfuse3.Operations):
             if node is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
         attr = self.attributes(node)
-        if isinstance(node, FileNode) and not unlisted(node):
-            self.parents[attr.st_ino] = parent
         self.inodes.remember(attr.st_ino)
         return attr
 
@@ -217,7 +225,6 @@ class Operations(pyfuse3.Operations):
         for inode, count in inode_list:
             if self.inodes.forget(inode, count):
                 self._attrs.pop(inode, None)
-                self._listings.pop(inode, None)
                 self.page_cached.discard(inode)
 
     @_boundary
@@ -236,6 +243,7 @@ class Operations(pyfuse3.Operations):
         if fields is not None and fields.update_size:
             if not isinstance(node, FileNode):
                 raise pyfuse3.FUSEError(errno.EISDIR)
+            self._pin(node)
             node.view.truncate(attr.st_size)
             if fh is not None:  # ftruncate: that handle's close stores the change
                 with contextlib.suppress(ZarrfsError):
@@ -247,22 +255,22 @@ class Operations(pyfuse3.Operations):
 
     @_boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
-        listing = self._listings.get(inode)
-        if listing is None:
-            # A directory's names never change once listed: encoded once, every
-            # handle shares the list (ls -R then find: each directory opened twice).
-            entries = await self._entries(self._dir(inode))
-            listing = [(os.fsencode(name), node) for name, node in entries.items()]
-            self._listings[inode] = listing
-        return self.dirs.add(listing)
+        directory = self._dir(inode)
+        await self._entries(directory)
+        # A directory's names never change once listed: encoded once while the tree
+        # keeps the directory, every handle shares them (ls -R then find: each
+        # directory opened twice).
+        return self.dirs.add(self.tree.listing(directory))
 
     @_boundary
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self.dirs.get(fh)
+        names, nodes = listing.names, listing.nodes
         attributes = self.attributes
-        for position in range(start_id, len(listing)):
-            name, node = listing[position]
-            if not pyfuse3.readdir_reply(token, name, attributes(node), position + 1):
+        for position in range(start_id, len(names)):
+            if not pyfuse3.readdir_reply(
+                token, names[position], attributes(nodes[position]), position + 1
+            ):
                 break
 
     @_boundary
@@ -283,9 +291,10 @@ class Operations(pyfuse3.Operations):
                 raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")
             if not node.view.writable:
                 raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
+            self._pin(node)
         handle = OpenFile(node, inode)
         if self._fresh_document(node):
-            await self.tree.store_shapes(self.parents.get(inode))
+            await self.tree.store_shapes(self.inodes.parent(inode))
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         if flags & _WRITE_FLAGS:
             if flags & os.O_TRUNC:
@@ -374,6 +383,13 @@ class Operations(pyfuse3.Operations):
         if handle is not None and handle.wrote:
             handle.node.view.closed()
 
+    def _pin(self, node: FileNode) -> None:
+        # What an array written through the mount is (its state, its documents) is
+        # kept for good: the consolidated document that listed it would not show a
+        # resize. A chunk key is never written.
+        if node.parent is not None and not unlisted(node):
+            self.tree.pin(node.parent)
+
     async def _changed(self, inode: int, node: FileNode, *, data: bool) -> None:
         """Tell the kernel that an array's files changed, so no stale page is served.
 
@@ -382,7 +398,7 @@ class Operations(pyfuse3.Operations):
         their attributes (size). Writing handles use direct I/O and lock no pages,
         so this cannot wait on the request being answered. Runs in a thread.
         """
-        parent = self.parents.get(inode)
+        parent = self.inodes.parent(inode)
         if parent is None or not self.mounted:
             return
         targets = []
