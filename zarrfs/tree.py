@@ -245,7 +245,8 @@ class Tree:
         node is hidden with one log line and the rest of the tree stays usable.
         """
         try:
-            found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
+            docs = self._read_docs(path, hierarchy.NODE_KEYS)
+            found = hierarchy.node_in(self.consolidated, path, docs)
         except (MetadataError, StoreError) as e:
             # A bad document, or one the store may not read (a symlink, a FIFO,
             # too large): the node is hidden, the rest of the tree stays usable.
@@ -289,7 +290,8 @@ class Tree:
         if state is not None:
             return _Loaded(state.meta, state.documents, state)
         path = node.path
-        found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
+        docs = self._read_docs(path, hierarchy.NODE_KEYS)
+        found = hierarchy.node_in(self.consolidated, path, docs)
         if found is None:  # it was a node: the document has not changed
             raise MetadataError(f"{path}: no longer a node")
         return self._make_loaded(node, found.meta, dict(found.documents))
