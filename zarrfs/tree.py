@@ -321,7 +321,7 @@ class Tree:
                 oldest, _ = recent.popitem(last=False)
                 dropped = oldest._loaded
                 assert dropped is not None
-                if dropped.used:
+                if dropped.used or oldest is node:  # the one just loaded stays
                     dropped.used = False
                     recent[oldest] = None
                     continue
@@ -370,9 +370,9 @@ class Tree:
         return entries
 
     def _sidecar_views(self, node: DirNode, state: ArrayState) -> dict[str, View]:
-        """The headers, with the coordinates settled when the array was first listed
-        (which siblings they are, from metadata alone: a sibling resized since then
-        makes its header show no map info, as it always did)."""
+        """The headers, with the coordinates settled when the array was first listed:
+        which siblings they are is decided from metadata once (a sibling resized
+        since gives no map info; it is not replaced by another)."""
         if node._coordinates is None:
             views = sidecar_views(state, functools.partial(self._sibling_array, node))
             found = getattr(views.get(HDR_NAME), "coordinates", None)
