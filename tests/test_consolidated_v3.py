@@ -153,6 +153,23 @@ def test_a_deep_path_costs_its_length_not_its_square(layout: str) -> None:
     assert parsed.children.get(deep) is None and deep[:-2] in parsed.children
 
 
+def test_a_root_zarr_json_is_opened_in_a_few_times_its_size(tmp_path: Path) -> None:
+    """The root document is read entry by entry, the root group's own metadata from
+    it without the listing: opening never holds it parsed whole."""
+    root = tmp_path / "big.zarr"
+    write_store(root, hierarchy_entries(groups=10, arrays=1000))
+    size = (root / "zarr.json").stat().st_size
+    assert size > 6 << 20
+    tracemalloc.start()
+    try:
+        tree, _ = counting_tree(root)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert tree.consolidated is not None and "g9" in tree.entries(tree.root)
+    assert peak < 3 * size + (4 << 20), peak / size
+
+
 def test_the_newest_layout_at_the_root_owns_the_listing() -> None:
     assert hierarchy.ROOT_KEYS == ("zarr.json", ".zmetadata")
     assert not hierarchy.shown_at_root("zarr.json") and hierarchy.shown_at_root(".zmetadata")

@@ -5,8 +5,8 @@ keeps a few hundred bytes per listed node, the document itself, and the parsed
 metadata of a bounded number of recently used nodes; everything else about a node
 (its parsed metadata, its documents as shown, its array state, its files) is made
 again when asked. ``ls -R`` then ``find`` with a ``stat`` of every entry of a
-hierarchy of 100 000 arrays touches every node. Before nodes were made compact and
-their parsed state evictable, the daemon grew past 1 GiB doing it.
+hierarchy of 100 000 arrays touches every node: kept whole, those nodes would take
+the daemon past 1 GiB.
 """
 
 from __future__ import annotations

@@ -281,7 +281,8 @@ class Tree:
         node is hidden with one log line and the rest of the tree stays usable.
         """
         try:
-            found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
+            docs = self._read_docs(path, hierarchy.NODE_KEYS)
+            found = hierarchy.node_in(self.consolidated, path, docs)
         except (MetadataError, StoreError) as e:
             # A bad document, or one the store may not read (a symlink, a FIFO,
             # too large): the node is hidden, the rest of the tree stays usable.
@@ -325,7 +326,8 @@ class Tree:
         if state is not None:
             return _Loaded(state.meta, state.documents, state)
         path = node.path
-        found = hierarchy.node_at(path, self._read_docs(path, hierarchy.NODE_KEYS))
+        docs = self._read_docs(path, hierarchy.NODE_KEYS)
+        found = hierarchy.node_in(self.consolidated, path, docs)
         if found is None:  # it was a node: the document has not changed
             raise MetadataError(f"{path}: no longer a node")
         return self._make_loaded(node, found.meta, dict(found.documents))
@@ -355,7 +357,7 @@ class Tree:
                 oldest, _ = recent.popitem(last=False)
                 dropped = oldest._loaded
                 assert dropped is not None
-                if dropped.used:
+                if dropped.used or oldest is node:  # the one just loaded stays
                     dropped.used = False
                     recent[oldest] = None
                     continue
@@ -404,9 +406,9 @@ class Tree:
         return entries
 
     def _sidecar_views(self, node: DirNode, state: ArrayState) -> dict[str, View]:
-        """The headers, with the coordinates settled when the array was first listed
-        (which siblings they are, from metadata alone: a sibling resized since then
-        makes its header show no map info, as it always did)."""
+        """The headers, with the coordinates settled when the array was first listed:
+        which siblings they are is decided from metadata once (a sibling resized
+        since gives no map info; it is not replaced by another)."""
         if node._coordinates is None:
             views = sidecar_views(state, functools.partial(self._sibling_array, node))
             found = getattr(views.get(HDR_NAME), "coordinates", None)

@@ -20,6 +20,7 @@ is what the mount shows and rewrites.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -106,11 +107,15 @@ class Consolidated:
         key: str = CONSOLIDATED_KEY,
         stored: dict[str, bytes] | None = None,
         names: Iterable[str] = NODE_DOCUMENTS,
+        parsed_as: dict[str, bytes] | None = None,
     ) -> None:
         self._source = source  # the document's UTF-8 text, which spans index
         self._spans = spans  # store key of a node document → its entry (jsontext.span)
         self._stored = stored or {}  # store key → a document shown as stored
         self._names = frozenset(names)  # of the documents a node's entries may be
+        # store key → what to parse in place of a stored document: the root zarr.json
+        # without the listing it holds (parsed whole, it would be parsed twice over).
+        self._parsed_as = parsed_as or {}
         self.children = children  # node path → names of its direct children
         self.indent = indent
         self.sort_keys = sort_keys
@@ -141,6 +146,12 @@ class Consolidated:
                 if document is not None:
                     found[name] = document
         return found
+
+    def parsable(self, path: str, documents: dict[str, bytes]) -> dict[str, bytes]:
+        """``documents`` of node ``path`` (from ``read``) as they are to be parsed."""
+        if path or not self._parsed_as:
+            return documents
+        return {n: self._parsed_as.get(n, d) for n, d in documents.items()}
 
     def document(self, key: str) -> bytes | None:
         """The document at store key ``key`` as shown; None when the file has none."""
@@ -302,7 +313,13 @@ def parse_v3_consolidated(data: bytes) -> Consolidated | None:
         key=ZARR_JSON,
         stored={ZARR_JSON: data},
         names=(ZARR_JSON,),
+        parsed_as={ZARR_JSON: _without(doc, NESTED_MEMBER)},
     )
+
+
+def _without(doc: dict[str, Any], member: str) -> bytes:
+    """The JSON object ``doc`` without ``member``, on one line."""
+    return json.dumps({k: v for k, v in doc.items() if k != member}, allow_nan=True).encode()
 
 
 def _safe(path: str) -> bool:

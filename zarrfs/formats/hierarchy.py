@@ -13,7 +13,8 @@ tree.py knows no format. What it asks, it asks here:
 * ``shown_at_root(key)``: whether that document is shown in a root group beside
   the group's own documents (``.zmetadata``), or is one of them (``zarr.json``).
 * ``NODE_KEYS`` and ``node_at(path, documents)``: which keys of a store directory
-  may make it a node (each up to ``NODE_LIMIT``), and the node they make.
+  may make it a node (each up to ``NODE_LIMIT``), and the node they make
+  (``node_in`` for the documents of a consolidated listing).
 * ``read_root_keys`` and ``node_documents``: those reads, from a store (the tree's,
   and the walk of ``zarrfs check``/``tree``).
 
@@ -120,3 +121,14 @@ def node_at(path: str, documents: dict[str, bytes]) -> Detected | None:
     """The node the documents found in store directory ``path`` make (``None``: no
     node); MetadataError when its metadata is invalid."""
     return detect.detect(path, documents)
+
+
+def node_in(listing: Listing | None, path: str, documents: dict[str, bytes]) -> Detected | None:
+    """``node_at`` for the documents ``node_documents`` read: the root document that
+    holds a consolidated listing is parsed without it, and shown as stored."""
+    if listing is None:
+        return node_at(path, documents)
+    found = node_at(path, listing.parsable(path, documents))
+    if found is None:
+        return None
+    return Detected(found.meta, {n: documents[n] for n in found.documents}, found.ignored)
