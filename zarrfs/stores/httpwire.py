@@ -218,28 +218,27 @@ def _pending(sock: socket.socket, fp: Any) -> bool:
             sock.settimeout(timeout)
 
 
-class _Connection(HTTPConnection):
+class _Watched:
+    """A connection whose every connect and request is watched by the deadline of
+    the exchange it belongs to (plain and TLS alike)."""
+
     response_class = _CheckedResponse
 
     def connect(self) -> None:
         _take_part(self)
-        super().connect()
+        super().connect()  # type: ignore[misc]
 
-    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def request(self, *args: Any, **kwargs: Any) -> None:
         _take_part(self)
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _TLSConnection(HTTPSConnection):
-    response_class = _CheckedResponse
+class _Connection(_Watched, HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        _take_part(self)
-        super().connect()
 
-    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        _take_part(self)
-        super().request(*args, **kwargs)
+class _TLSConnection(_Watched, HTTPSConnection):
+    pass
 
 
 class _Pool(HTTPConnectionPool):
