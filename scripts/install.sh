@@ -30,7 +30,7 @@ pkg_installed() {
 # The build of pyfuse3, and the programs the tests and scripts run (each test that
 # runs one fails loudly without it: never a skip). Keep this list in step with
 # tests/test_install.py, which checks every program named there is on PATH.
-PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils gdal-bin netcdf-bin)
+PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin)
 need=()
 for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")
