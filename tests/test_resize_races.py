@@ -75,11 +75,16 @@ class GatedStore(CountingStore):
         return super().scan(prefix)
 
 
-def sharded(root: Path) -> np.ndarray:
+def sharded(root: Path, rows: int = SHAPE[0], value: int | None = None) -> np.ndarray:
+    """A sharded array of ``rows`` rows holding ``arange`` (or ``value``), fill -1."""
+    shape = (rows, SHAPE[1])
     z = zarr.create_array(
-        store=str(root), shape=SHAPE, dtype="<i4", chunks=INNER, shards=SHARD, fill_value=-1
+        store=str(root), shape=shape, dtype="<i4", chunks=INNER, shards=SHARD, fill_value=-1
     )
-    data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
+    if value is None:
+        data = np.arange(np.prod(shape), dtype="<i4").reshape(shape)
+    else:
+        data = np.full(shape, value, "<i4")
     z[...] = data
     return data
 
@@ -168,15 +173,7 @@ def test_a_shard_stored_after_a_truncate_began_is_not_left_holding_old_rows(
     store of their shard commits after the truncate's flush started, and growing
     back must read fill value (never the old rows), through the state and in the
     store."""
-    z = zarr.create_array(
-        store=str(tmp_path),
-        shape=(32, SHAPE[1]),
-        dtype="<i4",
-        chunks=INNER,
-        shards=SHARD,
-        fill_value=-1,
-    )
-    z[...] = 1
+    sharded(tmp_path, rows=32, value=1)
     state, store, wb = open_state(tmp_path, sharded_array=True)
     store.gate_keys = {"c/1/0"}
     errors: list[BaseException] = []
@@ -402,15 +399,7 @@ def test_a_second_shrink_to_the_same_size_during_a_resize_flush_keeps_its_marks(
     meanwhile (so its lowest size is unchanged). The batch commits those rows after
     the listing: the flush must not take the second shrink for settled, or the rows
     it removed would come back."""
-    z = zarr.create_array(
-        store=str(tmp_path),
-        shape=(32, SHAPE[1]),
-        dtype="<i4",
-        chunks=INNER,
-        shards=SHARD,
-        fill_value=-1,
-    )
-    z[...] = 1
+    sharded(tmp_path, rows=32, value=1)
     state, store, wb = open_state(tmp_path, sharded_array=True)
     store.scan_gate = threading.Event()
     store.gate_keys = {"c/1/0"}
