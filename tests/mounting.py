@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from zarrfs import runstate
+from zarrfs.daemon import runstate
 
 MOUNT_TIMEOUT = 30.0
 REPO = Path(__file__).resolve().parent.parent

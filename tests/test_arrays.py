@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import FileTooLargeError, InvalidArgumentError
-from zarrfs.formats.v2 import parse_array
+from zarrfs.formats.metadata.v2 import parse_array
 
 
 def make_array(

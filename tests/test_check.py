@@ -25,10 +25,10 @@ import zarr
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import zarrfs_command
 from tests.test_zip_store import patch_central
-from zarrfs.check import check_store
+from zarrfs.commands.check import check_store
+from zarrfs.commands.walk import ReadOnlyStore, walk
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.walk import ReadOnlyStore, walk
 
 if TYPE_CHECKING:  # imported by pytest_plugins, which must be first to rewrite asserts
     from tests.servers import Bucket

@@ -1,4 +1,4 @@
-"""Which chunks a read touches, and the chunk cache (zarrfs.core.chunks).
+"""Which chunks a read touches, and the chunk cache (zarrfs.core.read.chunks).
 
 Like zarr-python's ``test_accessed_chunks``: a store that counts ``get`` per key
 proves that reading a byte range of ``array.raw`` fetches exactly the chunks that
@@ -20,10 +20,10 @@ import trio
 import zarr
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.sizes import parse_size
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.views.raw import RawView, read_array_bytes
 

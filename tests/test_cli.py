@@ -28,9 +28,9 @@ import zarr
 
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import mounted, unmount, zarrfs_command
-from zarrfs import cli as zarrfs_cli
-from zarrfs import runstate
-from zarrfs.mount import READ_ONLY_HINT
+from zarrfs.commands import cli as zarrfs_cli
+from zarrfs.daemon import runstate
+from zarrfs.daemon.mount import READ_ONLY_HINT
 
 pytestmark = pytest.mark.mount
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from tests.mounting import mounted
 from tests.stores import CountingStore
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import MetadataError
-from zarrfs.formats.consolidated import dump_document, parse_consolidated, replace_entry
-from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.formats.metadata.consolidated import dump_document, parse_consolidated, replace_entry
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 
 ZARRAY = {
     "zarr_format": 2,

@@ -18,11 +18,11 @@ import zarr
 from tests.mounting import mounted
 from tests.stores import CountingStore
 from tests.test_consolidated import walk
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, MetadataError
-from zarrfs.formats import hierarchy
-from zarrfs.formats.consolidated import parse_consolidated, parse_v3_consolidated
-from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.formats.metadata import hierarchy
+from zarrfs.formats.metadata.consolidated import parse_consolidated, parse_v3_consolidated
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 
 ARRAY = {
     "zarr_format": 3,

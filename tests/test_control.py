@@ -27,12 +27,12 @@ from tests.mounting import Mounted, mounted
 from tests.test_enospc import full_store
 from tests.test_handlers import ROOT, fuse_errno, run
 from tests.test_handlers import lookup_path as lookup
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.fuse.operations import Operations
-from zarrfs.mount import MountOptions, build_operations
+from zarrfs.namespace.tree import Tree
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.tree import Tree
 from zarrfs.views.control import FlushView, StatsView
 
 SHAPE, CHUNKS = (64, 64), (16, 64)  # uint8, no compressor: a stored chunk is its bytes

@@ -19,9 +19,9 @@ import trio
 
 from tests.conftest import CORPUS
 from tests.mounting import mounted
-from zarrfs.mount import MountOptions, build_operations
+from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.namespace.tree import DirNode, FileNode
 from zarrfs.stores.base import Store
-from zarrfs.tree import DirNode, FileNode
 
 METADATA_KEYS = ("zarr.json", ".zarray", ".zgroup", "meta", "__zmeta__")
 

@@ -34,7 +34,7 @@ import zarr
 
 import zarrfs.stores.directory
 from tests.mounting import Mounted, mounted, unmount
-from zarrfs import runstate
+from zarrfs.daemon import runstate
 
 pytestmark = pytest.mark.mount
 

@@ -34,11 +34,11 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import ChunkError, InvalidValueError, StoreError
-from zarrfs.formats import bounded
-from zarrfs.formats.codecs import CodecPipeline, size_bound
-from zarrfs.formats.v2 import parse_array
+from zarrfs.formats.codecs import bounded
+from zarrfs.formats.codecs.pipeline import CodecPipeline, size_bound
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 
 MiB = 1 << 20

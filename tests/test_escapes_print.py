@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.mounting import zarrfs_command
-from zarrfs.check import check_command
+from zarrfs.commands.check import check_command
+from zarrfs.commands.tree import tree_command
+from zarrfs.commands.walk import printable, walk
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.treeprint import tree_command
-from zarrfs.walk import printable, walk
 
 BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Pieces a hostile name is made of, besides any text.

@@ -1,4 +1,4 @@
-"""zlib and gzip chunks decoded by libdeflate (zarrfs/formats/inflate.py) are exactly
+"""zlib and gzip chunks decoded by libdeflate (zarrfs/formats/codecs/inflate.py) are exactly
 what the reference streams of bounded.py decode: the same bytes, or the same
 exception with the same message, whatever the stream holds after or instead of one
 well-formed stream. The fast path must also really be the one taken: for well-formed
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from numcodecs.compat import ensure_contiguous_ndarray
 
 from tests import test_corpus as corpus_tests  # not its tests by name: pytest would run them here
-from zarrfs.formats import bounded, inflate
-from zarrfs.formats.codecs import CodecPipeline, size_bound
+from zarrfs.formats.codecs import bounded, inflate
+from zarrfs.formats.codecs.pipeline import CodecPipeline, size_bound
 
 MiB = 1 << 20
 DATA = (np.arange(6000) % 251).astype("<u2").tobytes() + bytes(range(256)) * 8

@@ -1,4 +1,4 @@
-"""Zarr v2 metadata parsing (zarrfs.formats.v2 / dtypes) and the codec pipeline.
+"""Zarr v2 metadata parsing (zarrfs.formats.metadata.v2 / dtypes) and the codec pipeline.
 
 Oracles: the v2 spec (explicit expected bytes), numpy, and zarr-python 3 reading the
 same ``.zarray`` (missing chunks read as the fill value) or writing the chunks.
@@ -19,9 +19,9 @@ import pytest
 import zarr
 
 from zarrfs.errors import MetadataError
-from zarrfs.formats.codecs import CodecPipeline, CodecResolutionError
-from zarrfs.formats.dtypes import MAX_NBYTES, decode_fill_value, parse_dtype
-from zarrfs.formats.v2 import parse_array, parse_group
+from zarrfs.formats.codecs.pipeline import CodecPipeline, CodecResolutionError
+from zarrfs.formats.metadata.dtypes import MAX_NBYTES, decode_fill_value, parse_dtype
+from zarrfs.formats.metadata.v2 import parse_array, parse_group
 
 NESTED = [["a", "<i4"], ["b", [["c", ">f8"], ["d", "<u2", [2]]]]]
 NESTED_NP = np.dtype([("a", "<i4"), ("b", [("c", ">f8"), ("d", "<u2", (2,))])])

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from zarrfs.errors import MetadataError
-from zarrfs.formats.detect import detect
+from zarrfs.formats.metadata.detect import detect
+from zarrfs.formats.metadata.v3 import parse_node, replace_consolidated_entry
 from zarrfs.formats.model import ArrayMeta, GroupMeta
-from zarrfs.formats.v3 import parse_node, replace_consolidated_entry
 
 
 def array_doc(**extra: Any) -> dict[str, Any]:

@@ -32,8 +32,9 @@ import pytest
 import zarr
 
 from tests.mounting import zarrfs_command
-from zarrfs import mountopts, runstate
-from zarrfs.cli import cli
+from zarrfs.commands import mountopts
+from zarrfs.commands.cli import cli
+from zarrfs.daemon import runstate
 
 REPO = Path(__file__).resolve().parent.parent
 PID_XATTR = "user.zarrfs.pid"

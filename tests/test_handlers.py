@@ -15,11 +15,11 @@ import pytest
 import trio
 import zarr
 
+from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import PID_XATTR, OpenFile, Operations
-from zarrfs.mount import MountOptions, build_operations
-from zarrfs.tree import FileNode
+from zarrfs.namespace.tree import FileNode
 from zarrfs.views.base import View
 
 ROOT = pyfuse3.ROOT_INODE

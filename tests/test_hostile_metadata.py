@@ -20,9 +20,9 @@ import pytest
 from tests.mounting import mounted, peak_rss, zarrfs_command
 from tests.stores import v2_zarray
 from zarrfs.errors import MetadataError
-from zarrfs.formats.consolidated import parse_consolidated
 from zarrfs.formats.limits import MAX_JSON_DEPTH, check_depth, clip
-from zarrfs.formats.v2 import load_json, parse_array
+from zarrfs.formats.metadata.consolidated import parse_consolidated
+from zarrfs.formats.metadata.v2 import load_json, parse_array
 from zarrfs.views.info import info_text
 from zarrfs.views.xattrs import array_xattrs, fill_text
 

@@ -18,10 +18,10 @@ import zarr
 
 from tests.mounting import memory_cap
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError
-from zarrfs.formats.v2 import parse_array
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.views.npy import NpyView
 from zarrfs.views.raw import RawView

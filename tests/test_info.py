@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 
 from tests.mounting import mounted
 from tests.stores import CountingStore, v2_zarray
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.writeback import WriteBack
-from zarrfs.formats.layout import Index
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
+from zarrfs.formats.grid.layout import Index
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta, chunk_key_parser
-from zarrfs.formats.v2 import parse_array
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
-from zarrfs.tree import DirNode, FileNode, Tree
 from zarrfs.views.info import INFO_NAME, InfoView, Stored, info_text, summarise
 
 # Every metadata document name of every layout: the only keys listing may read.

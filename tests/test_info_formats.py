@@ -21,8 +21,8 @@ from tests.test_info import (
     write_json,
     zarray,
 )
+from zarrfs.formats.metadata.v3 import parse_node
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.v3 import parse_node
 from zarrfs.views.info import Stored, info_text, summarise
 
 # -- every format: rows from the document's own words ---------------------------------

@@ -1,4 +1,4 @@
-"""formats/jsontext.py writes what json.dumps writes, character for character."""
+"""formats/metadata/jsontext.py writes what json.dumps writes, character for character."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zarrfs.formats import jsontext
+from zarrfs.formats.metadata import jsontext
 
 # What json.loads can make: the only input jsontext sees (consolidated entries).
 scalars = (

@@ -1,4 +1,4 @@
-"""Layers one way: stores → formats → core → views → tree → fuse → mount/cli.
+"""Layers one way: stores → formats → core → views → namespace → fuse → daemon → commands.
 
 No module imports one of a layer above its own, lazily inside
 a function included; ``errors`` and ``__init__``/``__main__`` stand outside.
@@ -11,16 +11,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "zarrfs"
 
-LAYERS = ["stores", "formats", "core", "views", "tree", "fuse", "mount"]
+LAYERS = ["stores", "formats", "core", "views", "namespace", "fuse", "daemon", "commands"]
 SHARED = {"errors", "__init__", "__main__"}
-# modules beside mount.py, same layer
-TOP = {
-    "cli": "mount",
-    "runstate": "mount",
-    "mountopts": "mount",
-    "walk": "mount",
-    "check": "mount",
-    "treeprint": "mount",
+# Inside a layer, folders and modules that are layers of their own, lowest first.
+SUBLAYERS = {
+    "formats": ["limits", "grid", "codecs", "model", "sidecars", "metadata"],
 }
 
 
@@ -32,7 +27,15 @@ def layer_of(module: str) -> str | None:
     name = parts[1]
     if name in SHARED:
         return None
-    return TOP.get(name, name)
+    return name
+
+
+def sublayer_of(module: str) -> str | None:
+    """``zarrfs.formats.grid.layout`` → "grid"; None outside a layer with sublayers."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in SUBLAYERS:
+        return None
+    return parts[2]
 
 
 def imports_of(path: Path) -> list[str]:
@@ -66,8 +69,28 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_sublayers_import_downwards() -> None:
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(("zarrfs", *path.relative_to(PACKAGE).with_suffix("").parts))
+        own = sublayer_of(module)
+        if own is None or own == "__init__":
+            continue
+        order = SUBLAYERS[layer_of(module)]
+        assert own in order, f"{module}: unknown sublayer {own!r}"
+        for imported in imports_of(path):
+            other = sublayer_of(imported)
+            if layer_of(imported) != layer_of(module) or other is None:
+                continue
+            if order.index(other) > order.index(own):
+                wrong.append(f"{module} ({own}) imports {imported} ({other})")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_check_sees_a_violation() -> None:
     assert layer_of("zarrfs.core.arrays") == "core"
-    assert layer_of("zarrfs.cli") == "mount"
+    assert layer_of("zarrfs.commands.cli") == "commands"
     assert layer_of("zarrfs.errors") is None
     assert LAYERS.index(layer_of("zarrfs.views.raw")) > LAYERS.index("core")
+    order = SUBLAYERS["formats"]
+    assert order.index(sublayer_of("zarrfs.formats.metadata.v2")) > order.index("grid")

@@ -1,4 +1,4 @@
-"""zarrfs.formats.layout: byte range of the C-order array -> chunk regions (pure math).
+"""zarrfs.formats.grid.layout: byte range of the C-order array -> chunk regions (pure math).
 
 Table-driven cases are worked out by hand; the hypothesis properties check the plan
 against a reference numpy array cut into (garbage-padded) chunks by hand.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zarrfs.formats.layout import (
+from zarrfs.formats.grid.layout import (
     Piece,
     RangePlan,
     array_nbytes,

@@ -33,10 +33,10 @@ import pytest
 import trio
 
 from tests.mounting import mounted, read_range
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import ChunkError, NotFoundError
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.tree import DirNode, FileNode, Tree
 
 DTYPE = "<i4"
 SHAPE, CHUNKS = (10, 12), (4, 5)  # edge chunks on both axes

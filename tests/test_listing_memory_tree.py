@@ -25,12 +25,12 @@ import pytest
 import trio
 
 from tests.test_consolidated import ZARRAY, write_v2_hierarchy
-from zarrfs import tree as tree_module
 from zarrfs.core.arrays import ArrayState
+from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations
-from zarrfs.mount import MountOptions, build_operations
-from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.namespace import tree as tree_module
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 
 ROOT = pyfuse3.ROOT_INODE
 FEW = 8  # nodes loaded at once in these tests

@@ -17,8 +17,8 @@ import pytest
 
 from tests.mounting import unmount
 from tests.test_cli import assert_one_error_line, run_cli
-from zarrfs import mountopts
-from zarrfs.cli import cli
+from zarrfs.commands import mountopts
+from zarrfs.commands.cli import cli
 
 OWN = mountopts.own_options(cli.commands["mount"])
 MEMORY = mountopts.memory_size()

@@ -17,8 +17,8 @@ import zarr
 from numpy.lib import format as npy_format
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.formats.v2 import parse_array
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.views.npy import NpyView, npy_header
 

@@ -19,9 +19,9 @@ import trio
 import zarr
 
 from tests.stores import zlib_array
+from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations
-from zarrfs.mount import MountOptions, build_operations
 from zarrfs.stores.directory import DirectoryStore
 
 ROWS, COLUMNS, CHUNK_ROWS = 8, 16, 4

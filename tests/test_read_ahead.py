@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from tests.mounting import mounted
 from tests.stores import CountingStore, zlib_array
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
-from zarrfs.core.writeback import WriteBack
-from zarrfs.formats.layout import contiguous_chunk_nbytes, contiguous_runs
-from zarrfs.formats.v2 import parse_array
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
+from zarrfs.daemon.mount import mount_device
+from zarrfs.formats.grid.layout import contiguous_chunk_nbytes, contiguous_runs
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.fuse.operations import OpenFile, Operations
-from zarrfs.mount import mount_device
-from zarrfs.tree import FileNode, Tree
+from zarrfs.namespace.tree import FileNode, Tree
 
 # -- pure layout ------------------------------------------------------------------------
 

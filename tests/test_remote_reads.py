@@ -13,10 +13,10 @@ import numpy as np
 import trio
 
 from tests.stores import zlib_array
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.fuse.operations import OpenFile, Operations
+from zarrfs.namespace.tree import FileNode, Tree
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.tree import FileNode, Tree
 
 ROWS, COLUMNS, CHUNK_ROWS = 512, 1024, 8  # 64 chunks of 32 KiB
 LATENCY = 0.02

@@ -17,12 +17,12 @@ import zarr
 
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import ZarrfsError
+from zarrfs.formats.metadata.v2 import parse_array
+from zarrfs.formats.metadata.v3 import parse_node
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.v2 import parse_array
-from zarrfs.formats.v3 import parse_node
 
 SHAPE, INNER, SHARD = (64, 48), (8, 12), (32, 24)  # 2 x 2 shards of 8 inner chunks
 ROW = SHAPE[1] * 4

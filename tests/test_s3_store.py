@@ -19,10 +19,10 @@ import trio
 import zarr
 
 from tests.store_contract import MakeStore, StoreContract
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.namespace.tree import FileNode, Tree
 from zarrfs.stores.s3 import S3Store
-from zarrfs.tree import FileNode, Tree
 
 if TYPE_CHECKING:
     # Only for annotations: tests.servers is loaded as a plugin (pytest_plugins),

@@ -27,8 +27,9 @@ from tests.mounting import mounted, unmount, zarrfs_command
 from tests.test_cli import PID_XATTR, alive, run_cli
 from tests.test_fstab import entries
 from tests.test_http_mount import make_store
-from zarrfs import mountopts, runstate
-from zarrfs.cli import cli
+from zarrfs.commands import mountopts
+from zarrfs.commands.cli import cli
+from zarrfs.daemon import runstate
 
 pytestmark = pytest.mark.mount
 

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.staging import stage_unit
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.staging import stage_unit
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import ChunkError
+from zarrfs.formats.grid.shards import ENTRY_NBYTES, index_nbytes
+from zarrfs.formats.metadata.v3 import parse_node
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.shards import ENTRY_NBYTES, index_nbytes
-from zarrfs.formats.v3 import parse_node
 from zarrfs.stores.directory import DirectoryStore
 
 SHAPE, INNER, SHARD = (64, 48), (8, 12), (32, 24)  # 4 shards of 8 inner chunks
@@ -269,7 +269,7 @@ def corrupt(path: Path, how: str) -> None:
         entries = np.frombuffer(bytes(shard[-INDEX:-4]), "<u8").reshape(-1, 2).copy()
         entries[2] = (len(shard) + 100, 50)
         body = entries.tobytes()
-        from zarrfs.formats.shards import _crc32c
+        from zarrfs.formats.grid.shards import _crc32c
 
         shard[-INDEX:] = body + _crc32c(body).to_bytes(4, "little")
     elif how == "inner":

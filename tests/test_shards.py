@@ -1,4 +1,4 @@
-"""zarrfs.formats.shards: sharding_indexed geometry, shard index and shard bytes (pure).
+"""zarrfs.formats.grid.shards: sharding_indexed geometry, shard index and shard bytes (pure).
 
 Table-driven cases are worked out by hand from the sharding and crc32c specs; the
 hypothesis properties check round trips; the corpus test decodes the index of every
@@ -19,7 +19,7 @@ from numcodecs.checksum32 import CRC32C
 
 from tests.conftest import CORPUS
 from zarrfs.errors import MetadataError
-from zarrfs.formats.shards import (
+from zarrfs.formats.grid.shards import (
     EMPTY,
     MAX_INNER_CHUNKS,
     ShardGeometry,

@@ -26,9 +26,9 @@ from zarr.codecs import BytesCodec
 
 from tests.mounting import Mounted, mounted, peak_rss
 from tests.stores import CountingStore
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.formats import hierarchy
-from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.formats.metadata import hierarchy
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 from zarrfs.views import sidecars as views_sidecars
 
 pytestmark = pytest.mark.mount

@@ -27,14 +27,14 @@ from hypothesis import strategies as st
 
 from tests.mounting import mounted
 from tests.test_read_ahead import make_ops, open_raw
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.reading import assemble
-from zarrfs.core.stripes import _Assembly
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.read.reading import assemble
+from zarrfs.core.read.stripes import _Assembly
 from zarrfs.errors import ChunkError, InvalidValueError, MetadataError, StoreError
-from zarrfs.formats.layout import grid_shape, plan_range
+from zarrfs.formats.grid.layout import grid_shape, plan_range
+from zarrfs.formats.grid.stripes import stripe_layout
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.stripes import stripe_layout
-from zarrfs.formats.v2 import parse_array
 from zarrfs.fuse.operations import Operations
 
 # -- geometry ------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ import pytest
 import trio
 
 from tests.stores import CountingStore, v2_zarray
-from zarrfs.core.chunks import ChunkCache
+from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import MetadataError, NotFoundError
-from zarrfs.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.tree import DirNode, FileNode, Tree
 
 
 def write_json(path: Path, doc: object) -> None:

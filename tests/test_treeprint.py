@@ -16,7 +16,7 @@ import zarr
 
 from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
 from tests.mounting import zarrfs_command
-from zarrfs.treeprint import codec_text
+from zarrfs.commands.tree import codec_text
 
 BLOSC = "codecs=[blosc(cname=lz4, clevel=5, shuffle=1, blocksize=0)]"
 EXAMPLE_TREE = [

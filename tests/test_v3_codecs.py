@@ -1,4 +1,4 @@
-"""Zarr v3 codec chains (zarrfs.formats.v3_codecs): pure, no mount."""
+"""Zarr v3 codec chains (zarrfs.formats.codecs.v3): pure, no mount."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import CORPUS
 from zarrfs.errors import MetadataError, UnsupportedError
-from zarrfs.formats.v3_codecs import (
+from zarrfs.formats.codecs.v3 import (
     ArrayFilter,
     BytesSerializer,
     ShardingMarker,
@@ -27,7 +27,7 @@ from zarrfs.formats.v3_codecs import (
     V3CodecChain,
     parse_codecs,
 )
-from zarrfs.formats.v3_dtypes import decode_fill_value, parse_data_type
+from zarrfs.formats.metadata.v3_dtypes import decode_fill_value, parse_data_type
 
 I4 = np.dtype("<i4")
 LE = {"name": "bytes", "configuration": {"endian": "little"}}

@@ -1,4 +1,4 @@
-"""Zarr v3 data types and fill values (zarrfs.formats.v3_dtypes): pure, no mount."""
+"""Zarr v3 data types and fill values (zarrfs.formats.metadata.v3_dtypes): pure, no mount."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import CORPUS
 from zarrfs.errors import MetadataError
-from zarrfs.formats.dtypes import parse_dtype
 from zarrfs.formats.limits import MAX_ITEMSIZE
-from zarrfs.formats.v3_dtypes import V3Type, decode_fill_value, parse_data_type
+from zarrfs.formats.metadata.dtypes import parse_dtype
+from zarrfs.formats.metadata.v3_dtypes import V3Type, decode_fill_value, parse_data_type
 
 
 def _cfg(name: str, **config: Any) -> dict[str, Any]:

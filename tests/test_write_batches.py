@@ -14,10 +14,10 @@ import zarr
 
 from tests.stores import zlib_array
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import StoreError
-from zarrfs.formats.v2 import parse_array
+from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
 
 ROWS, COLUMNS, CHUNK_ROWS = 32, 64, 4  # 8 chunks of 1 KiB

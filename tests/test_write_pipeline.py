@@ -19,7 +19,7 @@ from tests.test_write_batches import (
     stream_behind,
     wait_for,
 )
-from zarrfs.core import writeback as writeback_module
+from zarrfs.core.write import writeback as writeback_module
 from zarrfs.errors import StoreError
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import zarr
 
 from tests.mounting import mounted
-from zarrfs.formats.legacy import parse_v0_array, parse_v1_array
+from zarrfs.formats.metadata.legacy import parse_v0_array, parse_v1_array
+from zarrfs.formats.metadata.v2 import parse_array, parse_group
+from zarrfs.formats.metadata.v3 import parse_node
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.v2 import parse_array, parse_group
-from zarrfs.formats.v3 import parse_node
 from zarrfs.views.xattrs import MAX_JSON_TEXT, array_xattrs, group_xattrs
 
 

@@ -39,11 +39,11 @@ from tests.oracles import assert_same_bits
 from tests.stores import run_promptly
 from tests.test_control import close, open_file
 from tests.test_handlers import fuse_errno, lookup_path, run
-from zarrfs import tree as tree_module
+from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.fuse.operations import Operations
-from zarrfs.mount import MountOptions, build_operations
-from zarrfs.tree import KeyDirNode, KeyFileNode
+from zarrfs.namespace import tree as tree_module
+from zarrfs.namespace.tree import KeyDirNode, KeyFileNode
 
 pytestmark = pytest.mark.mount
 

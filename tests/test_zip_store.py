@@ -39,12 +39,12 @@ import trio
 import zarr
 
 from tests.store_contract import VALUES, MakeStore, StoreContract
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.reading import read_array_bytes
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.read.reading import read_array_bytes
 from zarrfs.errors import ChunkError, InvalidValueError, ReadOnlyError, StoreError
+from zarrfs.formats.metadata.v2 import parse_array
+from zarrfs.formats.metadata.v3 import parse_node
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.v2 import parse_array
-from zarrfs.formats.v3 import parse_node
 from zarrfs.stores import zipindex, zipstore
 from zarrfs.stores.zipstore import ZipStore
 

@@ -1,3 +1,3 @@
-from zarrfs.cli import main
+from zarrfs.commands.cli import main
 
 main()

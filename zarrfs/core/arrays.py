@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.chunkstate import ChunkStates, Dirty
-from zarrfs.core.reading import ArrayReads
-from zarrfs.core.stale import StaleUnits
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.read.reading import ArrayReads
+from zarrfs.core.write.chunkstate import ChunkStates, Dirty
+from zarrfs.core.write.stale import StaleUnits
 from zarrfs.errors import FileTooLargeError, InvalidArgumentError
-from zarrfs.formats.layout import (
+from zarrfs.formats.grid.layout import (
     Index,
     RangePlan,
     contiguous_chunk_nbytes,
@@ -35,7 +35,7 @@ from zarrfs.formats.layout import (
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
-    from zarrfs.core.writeback import WriteBack
+    from zarrfs.core.write.writeback import WriteBack
 
 
 # A trailing partial row is held in memory until it is complete: at most this much.

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from zarrfs.formats.chain import CodecChain
-from zarrfs.formats.codecs import CodecPipeline
-from zarrfs.formats.layout import Index, chunk_count, grid_shape
-from zarrfs.formats.shards import ShardGeometry
+from zarrfs.formats.codecs.chain import CodecChain
+from zarrfs.formats.codecs.pipeline import CodecPipeline
+from zarrfs.formats.grid.layout import Index, chunk_count, grid_shape
+from zarrfs.formats.grid.shards import ShardGeometry
 
 
 def _inside(index: Index, grid: Index) -> bool:
@@ -25,7 +25,7 @@ class ShardLayout:
     """Where the inner chunks of a sharded array live: shard ``s`` is the value at
     ``shard_keys(s)[0]``, holding inner chunks (the array's ``chunks``) and an index
     of ``(offset, nbytes)`` pairs, encoded as ``checksum`` / ``location`` / ``endian``
-    say (formats/shards.py)."""
+    say (formats/grid/shards.py)."""
 
     geometry: ShardGeometry
     shard_keys: Callable[[Index], list[str]] = field(repr=False)

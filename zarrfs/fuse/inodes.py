@@ -5,7 +5,7 @@ without a table entry per node: when a directory's entries are first numbered,
 they get consecutive numbers (a block) in their sorted order, and an entry's
 number is its directory's first plus its position. So the number finds the node
 again (its directory, then the position) even where the tree has let go of the
-node itself and makes it again (tree.py), and a listed node costs the table 8
+node itself and makes it again (namespace/tree.py), and a listed node costs the table 8
 bytes: which directory numbers it, and the kernel's count of lookups of it. Those
 counts are tracked so ``forget`` is answered, but a forgotten node keeps its
 number.
@@ -26,7 +26,7 @@ from typing import Generic, TypeVar
 import pyfuse3
 
 from zarrfs.errors import NotFoundError
-from zarrfs.tree import DirNode, FileNode, Node, unlisted
+from zarrfs.namespace.tree import DirNode, FileNode, Node, unlisted
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ class InodeTable:
         child: Callable[[DirNode, int], Node],
     ) -> None:
         """``entries``: how many entries a directory has; ``child``: its entry at a
-        position (both from tree.py, which may make them again)."""
+        position (both from namespace/tree.py, which may make them again)."""
         self._root = root
         self._count_entries = entries
         self._child = child

@@ -24,7 +24,7 @@ import trio
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse.inodes import HandleTable, InodeTable
-from zarrfs.tree import DirListing, DirNode, FileNode, Node, Tree, unlisted
+from zarrfs.namespace.tree import DirListing, DirNode, FileNode, Node, Tree, unlisted
 from zarrfs.views.base import DocumentView
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 

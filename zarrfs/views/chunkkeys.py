@@ -27,9 +27,9 @@ import logging
 import trio
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import NotFoundError, StoreError
-from zarrfs.formats.layout import Index, grid_shape
+from zarrfs.formats.grid.layout import Index, grid_shape
 from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View

@@ -8,7 +8,7 @@ metadata of resized ones) before the write returns, and fails with the store's
 errno as ``fsync`` does; reading it gives nothing. On a read-only mount ``flush``
 is there but, like every file there, refuses writing with EROFS. The directory is
 listed at the mount root (``ls -a`` shows it) and wins over a store node of its
-name; only mounts have it (tree.py's ``Tree.show_control``). docs/semantics.md
+name; only mounts have it (namespace/tree.py's ``Tree.show_control``). docs/semantics.md
 says why.
 
 The counters are gathered when ``stats`` is read, from the one ``Counters`` object
@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from zarrfs.core.chunks import ChunkCache
-from zarrfs.core.writeback import WriteBack
+from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError, ReadOnlyError
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View

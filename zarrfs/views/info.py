@@ -24,9 +24,9 @@ import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.reading import Buffer
-from zarrfs.formats.describe import numpy_dtype
-from zarrfs.formats.layout import grid_shape
+from zarrfs.core.read.reading import Buffer
+from zarrfs.formats.grid.layout import grid_shape
+from zarrfs.formats.metadata.describe import numpy_dtype
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View

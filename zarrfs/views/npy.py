@@ -11,7 +11,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.reading import Buffer
+from zarrfs.core.read.reading import Buffer
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
 
 try:  # numpy >= 2 keeps the implementation in a private module

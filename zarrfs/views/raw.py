@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.reading import Buffer, read_array_bytes
+from zarrfs.core.read.reading import Buffer, read_array_bytes
 from zarrfs.views.base import View
 
 __all__ = ["RawView", "read_array_bytes"]

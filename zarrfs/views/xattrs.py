@@ -5,7 +5,7 @@ the codecs are shown under the document's own field names (``codec_json``: v2's
 ``compressor`` and ``filters``, v3's ``codecs``), a v3 data type as written
 (``data_type``) beside the numpy dtype ``array.raw`` holds, and a sharded array's
 shard shape (``shards``) beside its inner chunk shape (``chunks``); what that
-takes to know is formats/describe.py's. The helpers here also make those texts for
+takes to know is formats/metadata/describe.py's. The helpers here also make those texts for
 ``info``.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from zarrfs.formats import describe
 from zarrfs.formats.limits import clip
+from zarrfs.formats.metadata import describe
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 
 PREFIX = "user.zarr."

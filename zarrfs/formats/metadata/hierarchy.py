@@ -1,0 +1,134 @@
+"""The hierarchy as the tree sees it: the one entry point of formats/ for listing (pure).
+
+namespace/tree.py knows no format. What it asks, it asks here:
+
+* ``ROOT_KEYS``: the keys to read once at the store root, in this order, until one
+  exists: where consolidated metadata may live. The newest layout present decides,
+  as it does for the root node itself (zarr-python 3 also prefers ``zarr.json``):
+  v3 keeps it inside the root ``zarr.json``, v2 in ``.zmetadata``. Each may be as
+  large as ``ROOT_LIMIT``.
+* ``open_listing(key, data)``: the consolidated listing that root document holds
+  (every node's documents and the names below each node), or ``None``: then the
+  store itself is listed (with one log line when the document was unusable).
+* ``shown_at_root(key)``: whether that document is shown in a root group beside
+  the group's own documents (``.zmetadata``), or is one of them (``zarr.json``).
+* ``NODE_KEYS`` and ``node_at(path, documents)``: which keys of a store directory
+  may make it a node (each up to ``NODE_LIMIT``), and the node they make
+  (``node_in`` for the documents of a consolidated listing).
+* ``read_root_keys`` and ``node_documents``: those reads, from a store (the tree's,
+  and the walk of ``zarrfs check``/``tree``).
+
+A new format is added by its own module and an entry in detect.py's ``LAYOUTS``
+(and here, if it has consolidated metadata); namespace/tree.py does not change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from zarrfs.errors import InvalidValueError, MetadataError
+from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
+from zarrfs.formats.metadata import consolidated, detect, v2, v3
+from zarrfs.formats.metadata.consolidated import Consolidated
+from zarrfs.formats.metadata.detect import Detected
+from zarrfs.formats.model import join_key
+from zarrfs.stores.base import Store
+
+log = logging.getLogger(__name__)
+
+Listing = Consolidated  # what the tree holds while it lists from one document
+
+# Root key → its consolidated listing (None: it holds none), newest layout first.
+_LISTINGS: dict[str, Callable[[bytes], Consolidated | None]] = {
+    v3.ZARR_JSON: consolidated.parse_v3_consolidated,
+    v2.CONSOLIDATED_KEY: consolidated.open_v2,
+}
+
+ROOT_KEYS: tuple[str, ...] = tuple(_LISTINGS)
+ROOT_LIMIT = MAX_CONSOLIDATED_BYTES
+NODE_KEYS: tuple[str, ...] = detect.CANDIDATE_KEYS
+NODE_LIMIT = MAX_DOCUMENT_BYTES
+
+
+def open_listing(key: str, data: bytes) -> Listing | None:
+    """The hierarchy as the root document ``key`` lists it; ``None`` when it lists
+    nothing, or (logged once) when it is unusable: the store is listed instead."""
+    try:
+        return _LISTINGS[key](data)
+    except MetadataError as e:
+        log.warning("ignoring the consolidated metadata: %s; listing the store instead", e)
+        return None
+
+
+def read_root_keys(
+    store: Store,
+    reads: dict[str, bytes | None],
+    ignoring: Callable[[str, InvalidValueError], None],
+) -> tuple[str, bytes] | None:
+    """Read the root keys into ``reads`` (None: absent) up to the first present one:
+    (key, bytes), or None. A consolidated document the store may not read is handed
+    to ``ignoring`` (the store is listed instead); the root node's own document
+    raises InvalidValueError (the root is unusable)."""
+    for key in ROOT_KEYS:
+        try:
+            data = store.get(key, limit=ROOT_LIMIT)
+        except InvalidValueError as e:
+            if not shown_at_root(key):
+                raise
+            ignoring(key, e)
+            return None
+        reads[key] = data
+        if data is not None:
+            return key, data
+    return None
+
+
+def node_documents(
+    store: Store,
+    listing: Listing | None,
+    root_reads: dict[str, bytes | None],
+    path: str,
+    names: tuple[str, ...] = NODE_KEYS,
+) -> dict[str, bytes]:
+    """The documents ``names`` that store directory ``path`` holds: from the
+    consolidated ``listing`` when there is one, else from the store (the root's
+    from ``root_reads``, read once with the root keys)."""
+    if listing is not None:
+        return listing.read(path, names)
+    if store.remote and store.listable:
+        # Over a network one listing costs less than probing every candidate:
+        # only the documents the directory holds are fetched.
+        present = set(store.list_dir(path).keys)
+        names = tuple(n for n in names if n in present)
+    docs = {}
+    for name in names:
+        if not path and name in root_reads:
+            data = root_reads[name]
+        else:
+            data = store.get(join_key(path, name), limit=NODE_LIMIT)
+        if data is not None:
+            docs[name] = data
+    return docs
+
+
+def shown_at_root(key: str) -> bool:
+    """Whether the root document ``key`` is shown beside a root group's own documents."""
+    return key not in NODE_KEYS
+
+
+def node_at(path: str, documents: dict[str, bytes]) -> Detected | None:
+    """The node the documents found in store directory ``path`` make (``None``: no
+    node); MetadataError when its metadata is invalid."""
+    return detect.detect(path, documents)
+
+
+def node_in(listing: Listing | None, path: str, documents: dict[str, bytes]) -> Detected | None:
+    """``node_at`` for the documents ``node_documents`` read: the root document that
+    holds a consolidated listing is parsed without it, and shown as stored."""
+    if listing is None:
+        return node_at(path, documents)
+    found = node_at(path, listing.parsable(path, documents))
+    if found is None:
+        return None
+    return Detected(found.meta, {n: documents[n] for n in found.documents}, found.ignored)
