@@ -1,6 +1,6 @@
 """Decompression bombs through a real mount: EIO for each, in little memory.
 
-Requirement (hostile input, D.2): a chunk that decodes to more than its size fails
+Requirement (hostile input): a chunk that decodes to more than its size fails
 as soon as the decoder passes that size, so a store of bombs costs the daemon no
 more memory than a few chunks. Each array here has 31 chunks of 4 KiB (a chunk
 per page of array.raw, so the kernel's reads of the good chunk touch no bomb): 30

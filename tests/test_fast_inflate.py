@@ -39,7 +39,7 @@ def codec(codec_id: str, level: int = 1) -> Any:
 
 @contextmanager
 def reference_path() -> Iterator[None]:
-    """bounded.decompress as it was before libdeflate: the streams only."""
+    """bounded.decompress without libdeflate: the streams only."""
     saved = inflate.inflate
     inflate.inflate = lambda *args, **kwargs: None  # type: ignore[assignment]
     try:

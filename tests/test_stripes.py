@@ -4,7 +4,7 @@ Pure geometry first (stripes tile the array, need exactly their row of chunks),
 then assembly against numpy, then the read path through the handlers: streams
 use stripes and load each chunk once, random reads do not, writes (before,
 during and after an assembly) are seen, a corrupt chunk fails its stripe only,
-and a cache too small for a row of chunks reads as before. The mount tests are
+and a cache too small for a row of chunks reads without stripes. The mount tests are
 at the end.
 """
 

@@ -215,7 +215,7 @@ async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> 
         async def cleanup() -> None:
             # Later and paced: a walk of a large store at full speed takes the GIL
             # from the requests of the first listings (a mount + ls -R of 10 000
-            # arrays took 1-2 s longer). A mount that ends sooner finishes it on
+            # arrays takes 1-2 s longer). A mount that ends sooner finishes it on
             # its way out, unpaced.
             try:
                 await trio.sleep(CLEANUP_DELAY)
@@ -394,8 +394,8 @@ def tune_gc() -> None:
     """Collect less often, and never scan what was built before mounting again.
 
     Listing a consolidated hierarchy makes a few dozen objects per node: with the
-    default threshold, collections ran every 700 allocations, and each full one
-    walked every node loaded so far (at 10 000 arrays, the first ``ls -R`` spent
+    default threshold, collections run every 700 allocations, and each full one
+    walks every node loaded so far (at 10 000 arrays, the first ``ls -R`` spends
     a quarter of its time in the collector). Freezing moves the imports and the
     consolidated listing out of the collector's sight. zarrfs makes no reference
     cycles on its paths that matter for memory (chunk and stripe buffers are freed

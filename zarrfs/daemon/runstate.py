@@ -211,7 +211,7 @@ class StoreLock:
             os.close(fd)
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 raise RunStateError(f"store {location!r}: cannot lock: {e.strerror}") from e
-            # A filesystem without locks: mount anyway, as before locks existed.
+            # A filesystem without locks: mount anyway, without the lock's protection.
             log.warning(
                 "store %s cannot be locked (%s): a second mount is not refused",
                 location,

@@ -57,7 +57,7 @@ _NRRD_TYPES = {
 MAX_COORDINATE_ELEMENTS = 1 << 20
 # Nor are coordinates stored in more chunks (inner chunks, where sharded) than this:
 # a read of a header is a read of every one of them, and each costs a fetch, a
-# decode and a cache entry (a million one-element chunks took minutes and gigabytes).
+# decode and a cache entry (a million one-element chunks would take minutes and gigabytes).
 MAX_COORDINATE_CHUNKS = 1024
 # Nor those whose chunks (or, sharded, whole shards) decode to more bytes than this
 # together: one chunk far larger than the axis (chunks of 2**27 elements for 10

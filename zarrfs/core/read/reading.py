@@ -38,7 +38,7 @@ READ_AHEAD_CHUNKS = 4
 
 # Stripes (core/read/stripes.py) are at most this large, and at most an eighth of the
 # cache; a stripe with the chunks it needs must fit a quarter of the cache, or
-# reads are assembled request by request from the chunks, as before stripes.
+# reads are assembled request by request from the chunks.
 STRIPE_MAX = 32 * 2**20
 # Stripes assembled ahead of a stream, at most (each one is many chunks: enough
 # decoding to keep every core busy).
