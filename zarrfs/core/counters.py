@@ -5,7 +5,8 @@ reaches it through the cache it already holds (the FUSE layer through its tree).
 Every counter is a plain int bumped on the trio thread, where the work is decided
 or its result arrives: no lock, no atomic, nothing on a worker thread. Worker
 threads report what they did in their result (``Staged``), and the trio thread
-adds it up.
+adds it up. The last group is not shown in ``stats``: it tells whether the read
+path reuses its memory.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Counters:
     bytes_read: int = 0  # of array.raw and array.npy, returned to readers
     cache_hits: int = 0  # chunk requests answered from the decoded-chunk cache
     cache_misses: int = 0  # chunk requests that had to wait for a load
+    chunks_loaded: int = 0  # store reads (and decodes) started
+    read_ahead_loads: int = 0  # of them, started ahead of a reader
     chunks_decoded: int = 0
     chunks_encoded: int = 0
     chunks_deleted: int = 0
@@ -37,6 +40,9 @@ class Counters:
     store_failures: int = 0  # chunk reads and flushes the store failed
     last_store_error: str | None = None  # the newest of them, as logged
     started: float = field(default_factory=time.monotonic)
+    buffers_recycled: int = 0  # decode buffers kept for the next load
+    stripes_assembled: int = 0
+    stripe_buffers_reused: int = 0  # stripes assembled into a buffer given back
 
     def store_failed(self, error: Exception) -> None:
         self.store_failures += 1
