@@ -73,7 +73,7 @@ class ChunkCache:
         self, meta: ArrayMeta, index: Index, *, priority: int = URGENT
     ) -> np.ndarray | None:
         """The decoded chunk (read-only, chunk shape), or ``None`` if it is not stored."""
-        key = ChunkKey(meta.path, index)
+        key = ChunkKey((meta.path, index))
         loader = self.loader
         while True:
             cached, value = self.lru.use(key)
@@ -104,14 +104,14 @@ class ChunkCache:
 
     def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]:
         """(True, chunk) if it is cached (counts as a use), else (False, None)."""
-        cached, value = self.lru.use(ChunkKey(path, index))
+        cached, value = self.lru.use(ChunkKey((path, index)))
         if cached:
             self.counters.cache_hits += 1
         return cached, value  # type: ignore[return-value]
 
     def has(self, path: str, index: Index) -> bool:
         """Cached, being loaded, or known to fail: a read-ahead would add nothing."""
-        key = ChunkKey(path, index)
+        key = ChunkKey((path, index))
         return key in self.lru or self.loader.known(key)
 
     def prefetch(self, meta: ArrayMeta, index: Index) -> bool:
@@ -133,7 +133,7 @@ class ChunkCache:
             if not known:
                 return False
             if where is None:
-                self.lru.insert(ChunkKey(meta.path, index), None)
+                self.lru.insert(ChunkKey((meta.path, index)), None)
                 return True
         self.loader.start_chunk(meta, index, BACKGROUND, where, prefetched=True)
         return True
@@ -141,7 +141,7 @@ class ChunkCache:
     def release(self, meta: ArrayMeta, index: Index) -> None:
         """A streaming reader has gone past a chunk it had read ahead: the kernel's
         page cache holds those bytes now, so the decoded chunk makes room (use-once)."""
-        key = ChunkKey(meta.path, index)
+        key = ChunkKey((meta.path, index))
         if key in self._read_ahead:
             self.lru.drop(key)
             return
@@ -151,7 +151,7 @@ class ChunkCache:
 
     def forget(self, path: str, index: Index) -> None:
         """Drop one chunk (a write is about to supersede it)."""
-        key = ChunkKey(path, index)
+        key = ChunkKey((path, index))
         self.loader.forget(key)  # a load under way brings the old chunk: not cached
         self.lru.drop(key)
         self.stripes.chunk_changed(path, index)
@@ -159,7 +159,7 @@ class ChunkCache:
     def put(self, path: str, index: Index, value: np.ndarray | None) -> None:
         """Remember a chunk as it was just stored (``None``: deleted, reads as fill)."""
         self.forget(path, index)
-        self.lru.insert(ChunkKey(path, index), value)
+        self.lru.insert(ChunkKey((path, index)), value)
 
     def begin_replace(self, meta: ArrayMeta, shard: Index) -> None:
         """Write-back is about to replace a shard (see ShardIndexes.begin_replace)."""

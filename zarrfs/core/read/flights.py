@@ -167,7 +167,7 @@ class Loads:
     ) -> Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more.
         ``prefetched``: started ahead of a reader (it counts in ``prefetching``)."""
-        key = ChunkKey(meta.path, index)
+        key = ChunkKey((meta.path, index))
         out = self.buffers.take(meta.chunk_nbytes) if meta.codecs.decodes_into else None
         # Nothing between registering the flight and queueing its job may raise:
         # waiters would wait for a load that never comes.

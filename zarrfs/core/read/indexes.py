@@ -15,7 +15,7 @@ import trio
 
 from zarrfs.core.pool import BACKGROUND
 from zarrfs.core.read.flights import Loads
-from zarrfs.core.read.lru import CacheKey, ChunkKey, DecodedLru, ShardIndexKey
+from zarrfs.core.read.lru import CacheKey, ChunkKey, DecodedLru, Entry, ShardIndexKey
 from zarrfs.core.read.shardread import Where
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.grid.shards import ShardIndex, inner_range
@@ -33,10 +33,7 @@ class ShardIndexes:
     async def where(self, meta: ArrayMeta, index: Index, priority: int) -> Where | None:
         """(shard key, offset, nbytes) of an inner chunk, from its shard's index
         (cached, loaded once); None when the chunk or its shard is not stored."""
-        layout = meta.shards
-        assert layout is not None
-        shard, _, position = layout.geometry.locate(index)
-        key = ShardIndexKey(meta.path, shard)
+        shard, position, key = _locate(meta, index)
         while True:
             replacing = self._replacing.get(key)
             if replacing is not None:
@@ -50,26 +47,18 @@ class ShardIndexes:
             found = await self.loads.wait(flight)
             if not flight.stale:
                 break
-        if found is None:
-            return None
-        assert isinstance(found, ShardIndex)
-        span = inner_range(found, position)
-        return None if span is None else (layout.shard_keys(shard)[0], *span)
+        return _inner_place(meta, shard, position, found)
 
     def where_at_hand(self, meta: ArrayMeta, index: Index) -> tuple[bool, Where | None]:
         """(True, where the inner chunk is, or None: not stored) if its shard's index
         is cached; else (False, None), and the index is loaded in the background."""
-        layout = meta.shards
-        assert layout is not None
-        shard, _, position = layout.geometry.locate(index)
-        key = ShardIndexKey(meta.path, shard)
+        shard, position, key = _locate(meta, index)
         cached, found = self.lru.peek(key)
         if not cached:
             if not self.loads.known(key):
                 self.loads.start_index(meta, shard, BACKGROUND)
             return False, None
-        span = None if found is None else inner_range(found, position)  # type: ignore[arg-type]
-        return True, None if span is None else (layout.shard_keys(shard)[0], *span)
+        return True, _inner_place(meta, shard, position, found)
 
     def begin_replace(self, meta: ArrayMeta, shard: Index) -> None:
         """Write-back is about to replace a shard: reads of its inner chunks wait
@@ -103,6 +92,23 @@ class ShardIndexes:
         replacing = self._replacing.pop(key, None)
         if replacing is not None:
             replacing.set()
+
+
+def _locate(meta: ArrayMeta, index: Index) -> tuple[Index, int, ShardIndexKey]:
+    """(shard, position in it, key of its index) of an inner chunk."""
+    assert meta.shards is not None
+    shard, _, position = meta.shards.geometry.locate(index)
+    return shard, position, ShardIndexKey(meta.path, shard)
+
+
+def _inner_place(meta: ArrayMeta, shard: Index, position: int, found: Entry) -> Where | None:
+    """Where the inner chunk at ``position`` is, by its shard's index (None: the
+    shard is not stored)."""
+    if found is None:
+        return None
+    assert isinstance(found, ShardIndex) and meta.shards is not None
+    span = inner_range(found, position)
+    return None if span is None else (meta.shards.shard_keys(shard)[0], *span)
 
 
 def _in_shard(

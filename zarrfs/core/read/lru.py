@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -18,13 +17,23 @@ from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.grid.shards import ShardIndex
 
 
-class ChunkKey(NamedTuple):
-    """A decoded chunk. A tuple, which hashes and compares at C speed: every read
-    looks its chunks up. A tuple never equals a dataclass, so the other kinds of key
-    cannot be taken for it."""
+class ChunkKey(tuple[str, Index]):
+    """A decoded chunk: ``ChunkKey((path, index))``.
 
-    path: str
-    index: Index
+    Every read looks its chunks up: a tuple is made, hashed and compared at C
+    speed (a NamedTuple's constructor is Python code, several times slower). A
+    tuple never equals a dataclass, so the other kinds of key cannot be taken for it.
+    """
+
+    __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        return self[0]
+
+    @property
+    def index(self) -> Index:
+        return self[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,8 @@ class StripeKey:
 CacheKey = ChunkKey | ShardIndexKey | StripeKey
 # A decoded chunk (read-only), a shard's index, or None: not stored (reads as fill).
 Entry = np.ndarray | ShardIndex | None
+
+_ABSENT = object()
 
 # A missing chunk or shard is remembered too, at a nominal cost, so a sparse array
 # is not re-probed on every read.
@@ -86,18 +97,16 @@ class DecodedLru:
 
     def use(self, key: CacheKey) -> tuple[bool, Entry]:
         """(True, entry) if ``key`` is cached, which counts as a use; else (False, None)."""
-        entries = self._entries
-        if key in entries:
-            entries.move_to_end(key)
-            return True, entries[key]
-        return False, None
+        value = self._entries.get(key, _ABSENT)
+        if value is _ABSENT:
+            return False, None
+        self._entries.move_to_end(key)
+        return True, value  # type: ignore[return-value]
 
     def peek(self, key: CacheKey) -> tuple[bool, Entry]:
         """As ``use``, without counting as a use."""
-        entries = self._entries
-        if key in entries:
-            return True, entries[key]
-        return False, None
+        value = self._entries.get(key, _ABSENT)
+        return (False, None) if value is _ABSENT else (True, value)  # type: ignore[return-value]
 
     def insert(self, key: CacheKey, value: Entry) -> None:
         """Cache ``value`` (not if it alone is over the budget), evicting the least
