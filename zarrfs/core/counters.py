@@ -5,8 +5,7 @@ reaches it through the cache it already holds (the FUSE layer through its tree).
 Every counter is a plain int bumped on the trio thread, where the work is decided
 or its result arrives: no lock, no atomic, nothing on a worker thread. Worker
 threads report what they did in their result (``Staged``), and the trio thread
-adds it up. The last group is not shown in ``stats``: it tells whether the read
-path reuses its memory.
+adds it up.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ class Counters:
     store_failures: int = 0  # chunk reads and flushes the store failed
     last_store_error: str | None = None  # the newest of them, as logged
     started: float = field(default_factory=time.monotonic)
+    # Not in stats: whether the read path reuses its memory.
     buffers_recycled: int = 0  # decode buffers kept for the next load
     stripes_assembled: int = 0
     stripe_buffers_reused: int = 0  # stripes assembled into a buffer given back

@@ -92,6 +92,7 @@ def test_keys_of_each_kind_never_meet() -> None:
     assert entries[ShardIndexKey("a", (0, 1))] == "index"
     assert entries[StripeKey("a", 0, 1)] == "stripe"
     assert StripeKey("a", 0, 2) not in entries, "a stripe is its extent, not its start"
+    assert (chunk.path, chunk.index) == ("a", (0, 1))
 
 
 # -- the LRU ----------------------------------------------------------------------------
