@@ -125,7 +125,7 @@ def test_reads_fetch_exactly_the_overlapping_chunks_once(cube):
         assert data == reference[offset : offset + size], (offset, size)
         expected = _overlapping_chunks(meta, offset, size)
         assert store.counts == _expected_counts(meta, expected), (offset, size)
-        assert cache.loads == len(expected)
+        assert cache.counters.chunks_loaded == len(expected)
 
 
 def test_second_read_of_the_same_range_hits_the_cache(cube):
@@ -135,11 +135,11 @@ def test_second_read_of_the_same_range_hits_the_cache(cube):
         store = CountingStore(str(cube))
         cache = ChunkCache(store, 1 << 20)
         first = _read(cache, meta, offset, size)
-        gets, loads = sum(store.counts.values()), cache.loads
+        gets, loads = sum(store.counts.values()), cache.counters.chunks_loaded
         second = _read(cache, meta, offset, size)
         assert first == second == reference[offset : offset + size]
         assert sum(store.counts.values()) == gets
-        assert cache.loads == loads
+        assert cache.counters.chunks_loaded == loads
         # and any sub-range of it too
         inner = _read(cache, meta, offset + size // 3, size // 3)
         assert inner == reference[offset + size // 3 : offset + 2 * (size // 3)]
@@ -194,7 +194,7 @@ def test_legacy_arrays_without_separator_probe_each_key_once(tmp_path, layout, n
         cache = ChunkCache(store, 1 << 20)
         assert _read(cache, meta, offset, size) == reference[offset : offset + size]
         expected = _overlapping_chunks(meta, offset, size)
-        assert cache.loads == len(expected)
+        assert cache.counters.chunks_loaded == len(expected)
         probed = {k for index in expected for k in meta.chunk_keys(index)}
         assert set(store.counts) <= probed
         assert {k for index in expected for k in meta.chunk_keys(index)[:1]} <= set(store.counts)
@@ -220,7 +220,7 @@ def test_concurrent_gets_of_one_chunk_load_it_once(cube):
 
     trio.run(main)
     assert store.counts == Counter({"cube/0.0.0": 1})
-    assert cache.loads == 1
+    assert cache.counters.chunks_loaded == 1
     assert len(results) == 8
     assert all(r is results[0] for r in results)
     expected = _oracle(cube, "cube")[0:4, 0:3, 0:5]
@@ -248,7 +248,7 @@ def test_concurrent_overlapping_reads_decode_each_chunk_once(cube):
     for i, (offset, size) in enumerate(ranges):
         assert out[i] == reference[offset : offset + size]
     assert store.counts == _expected_counts(meta, _overlapping_chunks(meta, 0, meta.nbytes))
-    assert cache.loads == meta.n_chunks
+    assert cache.counters.chunks_loaded == meta.n_chunks
 
 
 def test_waiter_survives_the_loading_task_being_cancelled(cube):
@@ -327,7 +327,8 @@ def test_cache_bytes_never_exceed_max_during_random_reads(dense):
             assert _read(cache, meta, offset, size) == reference[offset : offset + size]
             assert cache.nbytes <= max_bytes
         if max_bytes >= meta.nbytes:
-            assert cache.loads == meta.n_chunks  # everything fits: each chunk loaded once
+            # everything fits: each chunk loaded once
+            assert cache.counters.chunks_loaded == meta.n_chunks
 
 
 def test_chunk_larger_than_the_cache_is_not_kept(dense):

@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.read.lru import ChunkKey
 from zarrfs.errors import ChunkError, InvalidValueError, StoreError
 from zarrfs.formats.codecs import bounded
 from zarrfs.formats.codecs.pipeline import CodecPipeline, size_bound
@@ -546,7 +547,7 @@ def test_failed_decode_keeps_no_buffer(tmp_path: Path, filters: list | None) -> 
             error = get(cache, meta)
             assert isinstance(error, ChunkError) and "truncated" in error.reason
             assert peak() >= ARRAY_BYTES, "the decode did fill its buffers before failing"
-            assert ("", (0,)) in cache._failures
+            assert cache.loader.failing(ChunkKey(("", (0,))))
             assert soon(lambda: tracemalloc.get_traced_memory()[0] - base < MiB)
     finally:
         gc.enable()
@@ -557,12 +558,12 @@ def test_failed_decode_releases_the_spare_buffer(tmp_path: Path) -> None:
     cache = ChunkCache(Store(str(tmp_path)), 64 * MiB, threads=1)
     buffer = np.empty(ARRAY_BYTES, np.uint8)
     freed = weakref.ref(buffer)
-    cache._spare[ARRAY_BYTES] = [buffer]
+    assert cache.buffers.add(buffer)
     del buffer
     gc.disable()
     try:
         assert isinstance(get(cache, meta), ChunkError)
-        assert ("", (0,)) in cache._failures
+        assert cache.loader.failing(ChunkKey(("", (0,))))
         assert soon(lambda: freed() is None), gc.get_referrers(freed())
     finally:
         gc.enable()
@@ -633,7 +634,7 @@ def test_store_fault_waiters_share_no_growing_traceback(tmp_path: Path) -> None:
 
     depths = trio.run(main)
     assert len(depths) == 4 and len(set(depths)) == 1, depths
-    assert not cache._failures, "a store fault is not remembered"
+    assert not cache.loader.failing(ChunkKey(("", (0,)))), "a store fault is not remembered"
 
 
 def test_store_limit_and_invalid_values(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

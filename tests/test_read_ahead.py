@@ -143,7 +143,7 @@ def open_raw(ops: Operations) -> int:
 async def settle(cache: ChunkCache) -> None:
     """Wait until no load is under way (read-ahead runs on after a read returns)."""
     for _ in range(500):
-        if not cache._flights and not cache._prefetching:
+        if cache.loader.idle:
             return
         await trio.sleep(0.01)
     raise AssertionError("loads did not finish")
@@ -163,8 +163,8 @@ def test_sequential_reads_load_ahead_each_chunk_once(tmp_path: Path) -> None:
         return out
 
     assert trio.run(main) == data.tobytes()
-    assert cache.prefetches > 0, "a sequential reader got no read-ahead"
-    assert cache.loads == ROWS // CHUNK_ROWS, "every chunk is loaded exactly once"
+    assert cache.counters.read_ahead_loads > 0, "a sequential reader got no read-ahead"
+    assert cache.counters.chunks_loaded == ROWS // CHUNK_ROWS, "every chunk is loaded exactly once"
     assert not [k for k, n in ops.tree.store.gets.items() if n > 1 and k[0].isdigit()]
 
 
@@ -179,8 +179,8 @@ def test_random_reads_do_not_load_ahead(tmp_path: Path) -> None:
         await settle(cache)
 
     trio.run(main)
-    assert cache.prefetches == 0
-    assert cache.loads == 5
+    assert cache.counters.read_ahead_loads == 0
+    assert cache.counters.chunks_loaded == 5
 
 
 def test_cached_and_prefetched_chunks_are_current_after_a_write(tmp_path: Path) -> None:
@@ -194,7 +194,7 @@ def test_cached_and_prefetched_chunks_are_current_after_a_write(tmp_path: Path) 
         for offset in range(0, 3 * 4096, 4096):
             await ops.read(fh, offset, 4096)
         await settle(cache)
-        assert cache.prefetches > 0
+        assert cache.counters.read_ahead_loads > 0
         # Overwrite a cached chunk in part and a prefetched one whole, then read both.
         for offset, length in ((1000, 300), (5 * 4096, 4096)):
             new = bytes(range(256)) * (length // 256) + bytes(length % 256)
@@ -223,14 +223,14 @@ def test_a_load_overtaken_by_a_write_is_not_cached(tmp_path: Path) -> None:
     zarray = (tmp_path / ".zarray").read_bytes()
     state = ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache, writeback)
     gate = threading.Event()
-    load = cache._load
+    load = cache.loader.load
 
     def slow_load(*args):
         old = load(*args)  # read from the store before the write...
         gate.wait(10)  # ...and delivered after it was stored
         return old
 
-    cache._load = slow_load  # type: ignore[method-assign]
+    cache.loader.load = slow_load  # type: ignore[method-assign]
     chunk = 4 * COLUMNS * 4
     new = np.full(4 * COLUMNS, 7.5, dtype="<f4").tobytes()
 
@@ -244,7 +244,8 @@ def test_a_load_overtaken_by_a_write_is_not_cached(tmp_path: Path) -> None:
         return bytes(await state.read(2 * chunk, chunk))
 
     assert trio.run(main) == new
-    assert np.asarray(cache._entries[("", (2, 0))]).tobytes() == new
+    cached, chunk = cache.ready("", (2, 0))
+    assert cached and np.asarray(chunk).tobytes() == new
     assert np.frombuffer(new, dtype="<f4")[0] != data[8, 0]
 
 
@@ -331,7 +332,7 @@ def test_recycled_buffers_hold_the_right_chunks(tmp_path: Path) -> None:
             assert got == data[number * 512 : (number + 1) * 512].tobytes(), number
 
     trio.run(main)
-    assert cache.recycled > 20, "evicted buffers were not reused"
+    assert cache.counters.buffers_recycled > 20, "evicted buffers were not reused"
 
 
 def test_a_chunk_still_referenced_is_never_recycled(tmp_path: Path) -> None:
@@ -348,7 +349,7 @@ def test_a_chunk_still_referenced_is_never_recycled(tmp_path: Path) -> None:
         assert whole is not None and whole.tobytes() == data[512:1024].tobytes()
 
     trio.run(main)
-    assert cache.recycled > 0
+    assert cache.counters.buffers_recycled > 0
 
 
 def test_a_stream_gives_back_what_it_read_ahead(tmp_path: Path) -> None:
@@ -368,8 +369,8 @@ def test_a_stream_gives_back_what_it_read_ahead(tmp_path: Path) -> None:
         return out
 
     assert trio.run(main) == data.tobytes()
-    assert cache.prefetches > 32
-    assert cache.recycled > 32, "chunks the stream passed were not given back"
+    assert cache.counters.read_ahead_loads > 32
+    assert cache.counters.buffers_recycled > 32, "chunks the stream passed were not given back"
     # Left: the first chunks (read before the stream was known) and the last two.
     assert cache.nbytes <= 4 * 4096, "the stream's chunks stayed cached"
 
@@ -381,13 +382,13 @@ def test_a_chunk_passed_while_it_loads_ahead_is_not_kept(tmp_path: Path) -> None
     state, cache = small_cache_state(tmp_path, 64)
     cache.read_ahead = True
     gate = threading.Event()
-    load = cache._load
+    load = cache.loader.load
 
     def slow_load(*args):
         gate.wait(10)
         return load(*args)
 
-    cache._load = slow_load  # type: ignore[method-assign]
+    cache.loader.load = slow_load  # type: ignore[method-assign]
 
     async def main() -> None:
         assert cache.prefetch(state.meta, (1,))
@@ -400,4 +401,4 @@ def test_a_chunk_passed_while_it_loads_ahead_is_not_kept(tmp_path: Path) -> None
 
     trio.run(main)
     assert not cache.has("", (1,)), "a passed chunk stayed cached"
-    assert cache.loads == 1
+    assert cache.counters.chunks_loaded == 1

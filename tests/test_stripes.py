@@ -190,7 +190,7 @@ def tiled_store(root: Path, *, compressor: dict | None = None) -> np.ndarray:
 
 async def settle(cache: ChunkCache) -> None:
     for _ in range(500):
-        if not cache._flights and not cache.stripes._assemblies:
+        if cache.loader.idle and cache.stripes.idle:
             return
         await trio.sleep(0.01)
     raise AssertionError("loads did not finish")
@@ -220,8 +220,9 @@ def test_a_stream_reads_tiles_through_stripes_loading_each_chunk_once(tmp_path: 
     ops, cache = make_ops(tmp_path)
     assert read_through(ops, cache, data.nbytes) == data.tobytes()
     rows_of_tiles = ROWS // TILE_ROWS
-    assert cache.stripes.assembled >= rows_of_tiles - 1, "the stream did not use stripes"
-    assert cache.loads == rows_of_tiles * (COLUMNS // TILE_COLUMNS), "a chunk loaded twice"
+    assert cache.counters.stripes_assembled >= rows_of_tiles - 1, "the stream did not use stripes"
+    loads = rows_of_tiles * (COLUMNS // TILE_COLUMNS)
+    assert cache.counters.chunks_loaded == loads, "a chunk loaded twice"
     assert cache.nbytes <= cache.max_bytes
 
 
@@ -229,7 +230,8 @@ def test_a_long_stream_recycles_stripe_buffers(tmp_path: Path) -> None:
     data = tiled_store(tmp_path)
     ops, cache = make_ops(tmp_path)
     assert read_through(ops, cache, data.nbytes) == data.tobytes()
-    assert cache.stripes.reused > 0, "no stripe was assembled into a buffer given back"
+    reused = cache.counters.stripe_buffers_reused
+    assert reused > 0, "no stripe was assembled into a buffer given back"
 
 
 def test_random_reads_assemble_no_stripe(tmp_path: Path) -> None:
@@ -244,7 +246,7 @@ def test_random_reads_assemble_no_stripe(tmp_path: Path) -> None:
     got = trio.run(main)
     raw = data.tobytes()
     assert got == [raw[o : o + 512] for o in offsets]
-    assert cache.stripes.assembled == 0
+    assert cache.counters.stripes_assembled == 0
 
 
 def test_a_write_drops_the_stripes_holding_its_chunk(tmp_path: Path) -> None:
@@ -259,12 +261,12 @@ def test_a_write_drops_the_stripes_holding_its_chunk(tmp_path: Path) -> None:
         # Read the first rows again, as a stream: their stripes are assembled anew.
         await stream(ops, fh, 4 * ROWS * 4 * 3)
         await settle(cache)
-        assert cache.stripes._known, "no stripe is cached to test with"
+        assert cache.stripes.known(""), "no stripe is cached to test with"
         # A few bytes into the first tile of row 1 (a cached stripe's chunk).
         offset, new = TILE_ROWS * COLUMNS * 4 + 8, b"\x11" * 40
         await ops.write(fh, offset, new)
         expected[offset : offset + len(new)] = new
-        assert not any(s.prefix == (1,) for s, _ in cache.stripes._known.get("", {}).values())
+        assert not any(s.prefix == (1,) for s in cache.stripes.known(""))
         assert await stream(ops, fh, data.nbytes) == bytes(expected)
         await ops.fsync(fh, False)
         await settle(cache)
@@ -282,7 +284,7 @@ def test_a_stripe_assembled_while_a_write_lands_is_not_kept(tmp_path: Path) -> N
     fh = open_raw(ops)
     gate = threading.Event()
     loading = threading.Event()
-    load = cache._load
+    load = cache.loader.load
 
     def slow_load(*args):
         old = load(*args)
@@ -290,7 +292,7 @@ def test_a_stripe_assembled_while_a_write_lands_is_not_kept(tmp_path: Path) -> N
         gate.wait(10)  # the old chunk, delivered after the write
         return old
 
-    cache._load = slow_load  # type: ignore[method-assign]
+    cache.loader.load = slow_load  # type: ignore[method-assign]
     node = ops.tree.resolve("array.raw")
     state = node.view.state  # type: ignore[union-attr]
     layout = state.stripe_layout()
@@ -349,7 +351,7 @@ def test_a_cache_too_small_for_a_row_of_tiles_reads_without_stripes(tmp_path: Pa
     node = ops.tree.resolve("array.raw")
     assert node.view.state.stripe_layout() is None  # type: ignore[union-attr]
     assert read_through(ops, cache, data.nbytes) == data.tobytes()
-    assert cache.stripes.assembled == 0
+    assert cache.counters.stripes_assembled == 0
 
 
 def test_stripes_of_fortran_order_chunks(tmp_path: Path) -> None:
@@ -366,7 +368,7 @@ def test_stripes_of_fortran_order_chunks(tmp_path: Path) -> None:
     z[...] = data
     ops, cache = make_ops(tmp_path)
     assert read_through(ops, cache, data.nbytes, request=100) == data.tobytes()
-    assert cache.stripes.assembled > 0
+    assert cache.counters.stripes_assembled > 0
 
 
 # -- through a mount ------------------------------------------------------------------------
@@ -430,7 +432,7 @@ def test_stripes_after_the_array_shrinks_and_grows(tmp_path: Path) -> None:
     state = ops.tree.resolve("array.raw").view.state  # type: ignore[union-attr]
     row = COLUMNS * 4
     assert read_through(ops, cache, data.nbytes) == data.tobytes()
-    assert cache.stripes.assembled
+    assert cache.counters.stripes_assembled
     state.truncate(61 * row)  # inside the last row of tiles
     expected = bytearray(data.tobytes()[: 61 * row])
     assert read_through(ops, cache, len(expected)) == bytes(expected)

@@ -47,7 +47,7 @@ def gated(tmp_path: Path) -> tuple[Any, Any, GatedStore, np.ndarray]:
     state, writeback, flaky, data = make(tmp_path)
     store = GatedStore(flaky.root)
     writeback.store = store
-    state.cache.store = store
+    state.cache.loader.store = store
     return state, writeback, store, data
 
 

@@ -28,6 +28,8 @@ class Counters:
     bytes_read: int = 0  # of array.raw and array.npy, returned to readers
     cache_hits: int = 0  # chunk requests answered from the decoded-chunk cache
     cache_misses: int = 0  # chunk requests that had to wait for a load
+    chunks_loaded: int = 0  # store reads (and decodes) started
+    read_ahead_loads: int = 0  # of them, started ahead of a reader
     chunks_decoded: int = 0
     chunks_encoded: int = 0
     chunks_deleted: int = 0
@@ -37,6 +39,10 @@ class Counters:
     store_failures: int = 0  # chunk reads and flushes the store failed
     last_store_error: str | None = None  # the newest of them, as logged
     started: float = field(default_factory=time.monotonic)
+    # Not in stats: whether the read path reuses its memory.
+    buffers_recycled: int = 0  # decode buffers kept for the next load
+    stripes_assembled: int = 0
+    stripe_buffers_reused: int = 0  # stripes assembled into a buffer given back
 
     def store_failed(self, error: Exception) -> None:
         self.store_failures += 1

@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import os
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import outcome
@@ -25,6 +27,9 @@ T = TypeVar("T")
 
 URGENT = 0  # a reader waits for it
 BACKGROUND = 1  # read-ahead
+
+# Requests in flight to a remote store (threads that mostly wait on the network).
+FETCH_THREADS = 32
 
 
 def _name_native_thread(name: str) -> None:
@@ -119,3 +124,23 @@ class WorkerPool:
         self.submit(fn, *args, priority=priority, on_done=deliver)
         await done.wait()
         return result[0].unwrap()
+
+
+def default_threads() -> int:
+    """Threads of a CPU-bound pool (decoding, encoding): one per core, at least two."""
+    return max(2, os.cpu_count() or 2)
+
+
+@dataclass(frozen=True)
+class LoadPools:
+    """The threads chunk loads run in: ``decoders``, and for a remote store
+    ``fetchers`` of their own (its requests mostly wait on the network: many at
+    once, and the decoders take each as it arrives)."""
+
+    decoders: WorkerPool
+    fetchers: WorkerPool | None = None
+
+    @classmethod
+    def create(cls, *, remote: bool, threads: int | None = None) -> LoadPools:
+        decoders = WorkerPool(threads or default_threads(), "zarrfs-decode")
+        return cls(decoders, WorkerPool(FETCH_THREADS, "zarrfs-fetch") if remote else None)

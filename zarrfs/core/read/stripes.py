@@ -7,8 +7,10 @@ one row of chunks covers (a *stripe*, formats/grid/stripes.py) once, and reads a
 slices of it: no copy on the FUSE thread, and the copying runs beside the
 decoders.
 
-Stripes live in the chunk cache's LRU (key ``"\\1" + path``, so one budget holds
-chunks, shard indexes and stripes) and are read-only. Every rule here runs in
+Stripes live in the decoded-chunk LRU (under a ``StripeKey``, so one budget holds
+chunks, shard indexes and stripes) and are read-only. ``Stripes`` belongs to the
+chunk cache, which tells it of every change to a chunk and of every stripe the LRU
+lets go; it gathers chunks through the cache (``Chunks``). Every rule here runs in
 the trio thread (docs/concurrency.md):
 
 - One assembly per stripe at a time (single-flight). It runs as a system task,
@@ -27,31 +29,39 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import trio
 
-from zarrfs.core.pool import BACKGROUND, URGENT
+from zarrfs.core.counters import Counters
+from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
+from zarrfs.core.read.buffers import SpareBuffers
 from zarrfs.core.read.loading import drop_tracebacks
+from zarrfs.core.read.lru import DecodedLru, StripeKey
 from zarrfs.core.read.reading import assemble
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats.grid.layout import Index, plan_range
 from zarrfs.formats.grid.stripes import Stripe, StripeLayout
 from zarrfs.formats.model import ArrayMeta
 
-if TYPE_CHECKING:
-    from zarrfs.core.read.chunks import ChunkCache, ChunkKey
-
 log = logging.getLogger(__name__)
 
-STRIPE = "\1"  # key prefix of stripes in the chunk cache (no store key holds it)
+
+class Chunks(Protocol):
+    """What stripes need of the chunk cache."""
+
+    def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]: ...
+
+    async def get(
+        self, meta: ArrayMeta, index: Index, *, priority: int = URGENT
+    ) -> np.ndarray | None: ...
+
+    def release(self, meta: ArrayMeta, index: Index) -> None: ...
 
 
-def stripe_key(path: str, stripe: Stripe) -> ChunkKey:
-    # Its extent, not its start alone: after a resize a stripe starting at the same
-    # byte may end elsewhere, and must not be taken for the old one.
-    return (STRIPE + path, (stripe.start, stripe.stop))
+def stripe_key(path: str, stripe: Stripe) -> StripeKey:
+    return StripeKey(path, stripe.start, stripe.stop)
 
 
 @dataclass
@@ -66,27 +76,44 @@ class _Assembly:
 
 
 class Stripes:
-    def __init__(self, cache: ChunkCache) -> None:
-        self.cache = cache
-        self._assemblies: dict[ChunkKey, _Assembly] = {}
-        # Per array: the stripes cached or under way, by start (to drop by chunk).
+    def __init__(
+        self,
+        chunks: Chunks,
+        lru: DecodedLru,
+        buffers: SpareBuffers,
+        pool: WorkerPool,
+        counters: Counters,
+    ) -> None:
+        self.chunks = chunks
+        self.lru = lru
+        self.buffers = buffers
+        self.pool = pool  # the decoders: copying runs beside decoding
+        self.counters = counters
+        self._assemblies: dict[StripeKey, _Assembly] = {}
+        # Per array: the stripes cached or under way, by extent (to drop by chunk).
         self._known: dict[str, dict[tuple[int, int], tuple[Stripe, StripeLayout]]] = {}
-        self.assembled = 0  # stripes assembled; tests count them
-        self.reused = 0  # of them, into a buffer an earlier stripe gave back
+
+    @property
+    def idle(self) -> bool:
+        """No assembly is under way."""
+        return not self._assemblies
+
+    def known(self, path: str) -> list[Stripe]:
+        """The stripes of ``path`` cached or being assembled."""
+        return [stripe for stripe, _ in self._known.get(path, {}).values()]
 
     def cached(self, path: str, stripe: Stripe) -> np.ndarray | None:
-        found = self.cache.lookup(stripe_key(path, stripe))
+        _, found = self.lru.use(stripe_key(path, stripe))
         return found if isinstance(found, np.ndarray) else None
 
     def pending(self, path: str, stripe: Stripe) -> bool:
         """Cached or being assembled."""
         key = stripe_key(path, stripe)
-        return key in self._assemblies or self.cache.lookup(key, touch=False) is not None
+        return key in self._assemblies or self.lru.peek(key)[1] is not None
 
     def under_way(self, path: str) -> int:
         """Assemblies started ahead of readers for this array and not done yet."""
-        prefix = STRIPE + path
-        return sum(1 for k, a in self._assemblies.items() if k[0] == prefix and a.background)
+        return sum(1 for k, a in self._assemblies.items() if k.path == path and a.background)
 
     async def get(self, meta: ArrayMeta, layout: StripeLayout, stripe: Stripe) -> np.ndarray:
         """The stripe's bytes (read-only uint8), assembled if need be."""
@@ -130,26 +157,29 @@ class Stripes:
             indices = list(plan.chunks)
             chunks = await self._chunks(meta, indices, priority)
             # A buffer of the cache's: given back for the next stripe once unreferenced.
-            out = self.cache.take_buffer(stripe.nbytes)
+            out = self.buffers.take(stripe.nbytes)
             if out is None:
                 out = np.empty(stripe.nbytes, dtype=np.uint8)
             else:
-                self.reused += 1
+                self.counters.stripe_buffers_reused += 1
             # Ahead of any chunk load: whoever waits for this stripe waits for nothing
             # else now, and loads for later stripes queued meanwhile would delay it.
-            view = await self.cache.pool.run(assemble, meta, plan, chunks, out, priority=URGENT)
+            view = await self.pool.run(assemble, meta, plan, chunks, out, priority=URGENT)
             value = np.frombuffer(view, dtype=np.uint8)
             value.flags.writeable = False
             assembly.value = value
-            self.assembled += 1
+            self.counters.stripes_assembled += 1
             if not assembly.superseded and self._assemblies.get(key) is assembly:
-                self.cache.keep(key, value, out)
-                # (keep replaced any older entry, which took the stripe off the books)
+                # (dropping an older entry takes the stripe off the books: back on below)
+                self.lru.drop(key)
+                self.lru.insert(key, value)
+                if key in self.lru:
+                    self.buffers.back(key, out)
                 self._known.setdefault(meta.path, {})[_extent(stripe)] = (stripe, layout)
                 if layout.rows < meta.chunks[layout.depth] and not _last_of_row(layout, stripe):
                     return  # the next stripe needs the same chunks
                 for index in indices:
-                    self.cache.release(meta, index)
+                    self.chunks.release(meta, index)
         except Exception as e:  # a system task must not raise: readers get it
             if not isinstance(e, ZarrfsError):
                 log.exception("%s: assembling bytes %d-%d", meta.display_name, *_span(stripe))
@@ -171,7 +201,7 @@ class Stripes:
         found: dict[Index, np.ndarray | None] = {}
         missing = []
         for index in indices:
-            ready, chunk = self.cache.ready(meta.path, index)
+            ready, chunk = self.chunks.ready(meta.path, index)
             if ready:
                 found[index] = chunk
             else:
@@ -182,7 +212,7 @@ class Stripes:
 
         async def load(index: Index) -> None:
             try:
-                found[index] = await self.cache.get(meta, index, priority=priority)
+                found[index] = await self.chunks.get(meta, index, priority=priority)
             except Exception as e:  # the first is raised below
                 errors.append(e)
 
@@ -199,7 +229,7 @@ class Stripes:
         for stripe, _ in list(self._known.get(path, {}).values()):
             key = stripe_key(path, stripe)
             if stripe.stop <= offset and key not in self._assemblies:
-                self.cache.drop(key)
+                self.lru.drop(key)
 
     # -- invalidation (from ChunkCache) -----------------------------------------------------
 
@@ -218,17 +248,16 @@ class Stripes:
             self._drop(path, stripe)
         self._known.pop(path, None)
 
-    def evicted(self, key: ChunkKey) -> None:
+    def evicted(self, key: StripeKey) -> None:
         """The cache let a stripe go."""
-        start, stop = key[1]
-        self._forget_known(key[0][len(STRIPE) :], (start, stop))
+        self._forget_known(key.path, (key.start, key.stop))
 
     def _drop(self, path: str, stripe: Stripe) -> None:
         key = stripe_key(path, stripe)
         assembly = self._assemblies.pop(key, None)
         if assembly is not None:
             assembly.superseded = True
-        self.cache.drop(key)
+        self.lru.drop(key)
         self._forget_known(path, _extent(stripe))
 
     def _forget_known(self, path: str, extent: tuple[int, int]) -> None:

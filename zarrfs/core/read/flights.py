@@ -1,0 +1,279 @@
+"""Loads in flight: one per chunk (or shard index) at a time, and failures remembered.
+
+``Loads`` queues each load on the worker pools (core/read/loading.py and
+core/read/shardread.py say what a worker does), and whoever asks for the same key
+meanwhile waits for that load (single-flight). A load belongs to no task: it runs to
+its end even if nobody waits any more. When it ends, on the trio thread, its value
+goes to ``keep`` (the cache), unless a write superseded the key meanwhile; a chunk
+found bad is remembered for ``FAILURE_TTL``, without its exception. Every attribute
+here is touched only from the trio thread (docs/concurrency.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import numpy as np
+import outcome
+import trio
+
+from zarrfs.core.counters import Counters
+from zarrfs.core.pool import BACKGROUND, LoadPools
+from zarrfs.core.read.buffers import SpareBuffers
+from zarrfs.core.read.loading import Failure, Fetched, decode_fetched, drop_tracebacks, fetch_chunk
+from zarrfs.core.read.lru import CacheKey, ChunkKey, Entry, ShardIndexKey
+from zarrfs.core.read.shardread import Where, load_index
+from zarrfs.errors import ChunkError, ZarrfsError
+from zarrfs.formats.grid.layout import Index
+from zarrfs.formats.grid.shards import ShardIndex
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import Store
+
+log = logging.getLogger(__name__)
+
+# A chunk that failed to decode, or whose stored value may not be read, is not
+# retried (nor logged again) for this long; after that a read tries again, in case
+# the store was repaired.
+FAILURE_TTL = 30.0
+
+# What a finished load hands to the cache: (key, value, the buffer of ours it lives
+# in, loaded ahead of a reader).
+Keep = Callable[[CacheKey, Entry, np.ndarray | None, bool], None]
+
+
+@dataclass
+class Flight:
+    done: trio.Event = field(default_factory=trio.Event)
+    value: Entry = None
+    failure: Failure | None = None  # the chunk is bad
+    error: Exception | None = None  # anything else (a store fault): not remembered
+    traceback: TracebackType | None = None  # the error's, as the worker raised it
+    background: bool = False  # loaded ahead of a reader
+    passed: bool = False  # the stream went past it while it loaded: do not keep it
+    stale: bool = False  # its shard was replaced meanwhile: whoever waits asks again
+
+
+class Loads:
+    def __init__(
+        self,
+        store: Store,
+        pools: LoadPools,
+        buffers: SpareBuffers,
+        counters: Counters,
+        keep: Keep,
+    ) -> None:
+        self.store = store
+        self.pools = pools
+        self.buffers = buffers
+        self.counters = counters
+        self._keep = keep
+        self._flights: dict[CacheKey, Flight] = {}
+        self._failures: dict[CacheKey, tuple[float, Failure]] = {}
+        self.prefetching = 0  # loads started ahead of readers, not ended yet
+
+    @property
+    def idle(self) -> bool:
+        """No load is under way."""
+        return not self._flights and not self.prefetching
+
+    def flight(self, key: CacheKey) -> Flight | None:
+        return self._flights.get(key)
+
+    def known(self, key: CacheKey) -> bool:
+        """Being loaded, or known to fail."""
+        return key in self._flights or key in self._failures
+
+    def failing(self, key: CacheKey) -> bool:
+        """A failure of ``key`` is remembered (reads of it may fail at once)."""
+        return key in self._failures
+
+    def check_failure(self, key: CacheKey) -> None:
+        """Raise the failure remembered for ``key``, unless it has expired."""
+        failure = self._failures.get(key)
+        if failure is not None:
+            if time.monotonic() < failure[0]:
+                raise failure[1].error()
+            del self._failures[key]
+
+    @staticmethod
+    async def wait(flight: Flight) -> Entry:
+        """The flight's value (None also when it went stale: ask again)."""
+        await flight.done.wait()
+        if flight.stale:
+            return None
+        if flight.failure is not None:
+            raise flight.failure.error()
+        if flight.error is not None:
+            # from the worker's traceback each time, not one that grows per waiter
+            raise flight.error.with_traceback(flight.traceback)
+        return flight.value
+
+    # -- forgetting (writes, resizes, shard replacements) ----------------------------------
+
+    def forget(self, key: CacheKey) -> None:
+        """A write supersedes ``key``: no failure remembered, and a load under way
+        brings the old value to whoever waits, not to the cache."""
+        self._failures.pop(key, None)
+        self._flights.pop(key, None)
+
+    def forget_failure(self, key: CacheKey) -> None:
+        self._failures.pop(key, None)
+
+    def supersede(self, match: Callable[[CacheKey], bool]) -> None:
+        """Loads under way of the keys ``match`` accepts are stale: whoever waits
+        asks again, and their values are not kept."""
+        for key, flight in list(self._flights.items()):
+            if match(key):
+                flight.stale = True
+                del self._flights[key]
+
+    def forget_array(self, path: str) -> None:
+        """Every load under way and failure remembered of the array at ``path``."""
+        for keys in (self._failures, self._flights):
+            for key in [k for k in keys if k.path == path]:
+                del keys[key]
+
+    def pass_by(self, key: CacheKey) -> None:
+        """A stream went past ``key``: if it is being loaded ahead, whoever waits
+        for it still gets it, the cache does not."""
+        flight = self._flights.get(key)
+        if flight is not None and flight.background:
+            flight.passed = True
+
+    # -- starting loads (trio thread) -------------------------------------------------------
+
+    def start_index(self, meta: ArrayMeta, shard: Index, priority: int) -> Flight:
+        key = ShardIndexKey(meta.path, shard)
+        flight = Flight(background=priority == BACKGROUND)
+        self._flights[key] = flight
+        finish = self._finisher(key, flight, counted=False)
+        pool = self.pools.fetchers or self.pools.decoders
+        pool.submit(self.load_index, meta, shard, priority=priority, on_done=finish)
+        return flight
+
+    def start_chunk(
+        self,
+        meta: ArrayMeta,
+        index: Index,
+        priority: int,
+        where: Where | None = None,
+        *,
+        prefetched: bool = False,
+    ) -> Flight:
+        """Queue one load; it runs to its end even if nobody waits for it any more.
+        ``prefetched``: started ahead of a reader (it counts in ``prefetching``)."""
+        key = ChunkKey((meta.path, index))
+        out = self.buffers.take(meta.chunk_nbytes) if meta.codecs.decodes_into else None
+        # Nothing between registering the flight and queueing its job may raise:
+        # waiters would wait for a load that never comes.
+        flight = Flight(background=priority == BACKGROUND)
+        self._flights[key] = flight
+        self.counters.chunks_loaded += 1
+        if prefetched:
+            self.prefetching += 1
+            self.counters.read_ahead_loads += 1
+        finish = self._finisher(key, flight, counted=prefetched)
+        # The buffer goes in a list that the load empties: a worker thread holds its
+        # last job's arguments until it takes the next, and must not hold the buffer.
+        spare = [out] if out is not None else []
+        decoders, fetchers = self.pools.decoders, self.pools.fetchers
+        if fetchers is None:
+            decoders.submit(self.load, meta, index, spare, where, priority=priority, on_done=finish)
+            return flight
+
+        token = trio.lowlevel.current_trio_token()
+
+        def fetch() -> None:  # in a fetch thread
+            try:
+                data = self.fetch(meta, index, where)
+            except BaseException as e:  # the flight must end, whatever went wrong
+                # Handed over as an outcome, as a pool hands any job's exception.
+                failed = outcome.Error(e)
+                del e
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(finish, failed)
+                return
+            # Straight to the decoders, from this thread: the trio loop sees the
+            # chunk once, decoded.
+            decoders.submit_from_thread(
+                token, self.decode, meta, index, data, spare, priority=priority, on_done=finish
+            )
+
+        # A remote store's requests wait on the network: many at once, in a pool of
+        # their own, and the decode workers take each as it arrives.
+        fetchers.submit(fetch, priority=priority, on_done=_ignore)
+        return flight
+
+    def _finisher(
+        self, key: CacheKey, flight: Flight, *, counted: bool
+    ) -> Callable[[outcome.Outcome], None]:
+        """``counted``: a load started ahead of a reader (counts until it ends)."""
+
+        def finish(result: outcome.Outcome) -> None:  # in the trio thread
+            if counted:
+                self.prefetching -= 1
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+                current = True
+            else:
+                current = False  # a write superseded the chunk while it loaded
+            # The error is taken from the outcome, not re-raised here: a raise would
+            # add this frame, which holds the outcome, to its traceback.
+            error = result.error if isinstance(result, outcome.Error) else None
+            if isinstance(error, ZarrfsError):
+                drop_tracebacks(error)  # its message says it all
+            if isinstance(error, ChunkError) and not flight.stale:
+                self.counters.decode_failures += 1
+                log.error("%s", str(error))  # a record keeps its args: not the exception
+                flight.failure = Failure(error.array, error.key, error.reason)
+                if current:
+                    self._failures[key] = (time.monotonic() + FAILURE_TTL, flight.failure)
+            elif isinstance(error, Exception):
+                if not isinstance(error, ChunkError):  # (stale: the shard was replaced)
+                    self.counters.store_failed(error)
+                flight.error, flight.traceback = error, error.__traceback__
+            else:
+                flight.value, buffer = result.unwrap()
+                if isinstance(flight.value, np.ndarray):  # a chunk (not an index), stored
+                    self.counters.chunks_decoded += 1
+                if current and not flight.passed:
+                    self._keep(key, flight.value, buffer, flight.background)
+            flight.done.set()
+
+        return finish
+
+    # -- in worker threads -------------------------------------------------------------------
+
+    def load_index(self, meta: ArrayMeta, shard: Index) -> tuple[ShardIndex | None, None]:
+        """The index of one shard (None when it is not stored)."""
+        return load_index(self.store, meta, shard), None
+
+    def load(
+        self,
+        meta: ArrayMeta,
+        index: Index,
+        spare: list[np.ndarray] | None = None,
+        where: Where | None = None,
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Fetch and decode one chunk, into the buffer in ``spare`` if there is one;
+        (chunk, the buffer it lives in when that is one of ours)."""
+        return self.decode(meta, index, self.fetch(meta, index, where), spare)
+
+    def fetch(self, meta: ArrayMeta, index: Index, where: Where | None) -> Fetched:
+        """(key, stored bytes) of a chunk, None when not stored."""
+        return fetch_chunk(self.store, meta, index, where)
+
+    def decode(
+        self, meta: ArrayMeta, index: Index, fetched: Fetched, spare: list[np.ndarray] | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The fetched chunk decoded (into the buffer in ``spare``)."""
+        return decode_fetched(meta, index, fetched, spare)
+
+
+def _ignore(result: outcome.Outcome) -> None:
+    """The end of a job that hands its result on by itself."""
