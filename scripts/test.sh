@@ -8,8 +8,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install.sh
 
-echo "test: ruff check zarrfs tests scripts"
-.venv/bin/ruff check zarrfs tests scripts
+echo "test: ruff check zarrfs tests scripts bench"
+.venv/bin/ruff check zarrfs tests scripts bench
 
 echo "test: pytest -v $*"
 exec .venv/bin/python -m pytest -v "$@"

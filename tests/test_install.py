@@ -2,7 +2,7 @@
 
 A program installed by hand on one machine hides a missing install step until the
 suite runs on a fresh one. This test reads every ``subprocess`` call with a literal
-command in tests/, scripts/ and zarrfs/ (and the shell scripts' commands we know
+command in tests/, scripts/, zarrfs/ and bench/ (and the shell scripts' commands we know
 of), and checks that each program is one install.sh provides and is on PATH.
 """
 
@@ -65,7 +65,7 @@ def test_literal_programs_are_found_in_code() -> None:
 
 def test_every_program_the_code_runs_is_installed_by_install_sh() -> None:
     used: set[str] = set()
-    for folder in ("tests", "scripts", "zarrfs"):
+    for folder in ("tests", "scripts", "zarrfs", "bench"):
         for path in (REPO / folder).rglob("*.py"):
             used |= _literal_programs(path.read_text())
     unknown = sorted(used - set(PROGRAMS))

@@ -70,7 +70,7 @@ def test_fetches_overlap_and_hide_the_latency(tmp_path: Path) -> None:
     store = SlowRemoteStore(str(tmp_path))
     got, _ = read_all(tmp_path, store)
     assert got == data.tobytes()
-    # Many requests in flight at once (the speed itself is measured in bench.py):
+    # Many requests in flight at once (the speed itself is measured by bench/):
     # with the decode workers alone, at most two.
     assert store.most_in_flight >= 8, store.most_in_flight
     assert any(name.startswith("zarrfs-fetch") for name in store.threads), store.threads

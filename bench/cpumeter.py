@@ -1,9 +1,9 @@
 """Where the CPU goes while one side of a comparison runs (Linux /proc only).
 
-scripts/bench.py uses it where a target is missed on a machine that the server
-shares with the client: a run that keeps every core busy is bound by the CPU it
-spends, so the seconds each party used (this process, its children, a daemon, a
-server's process group) and the machine's idle time tell what bounds it.
+The benchmark prints it beside each round of the layouts and s3 sections: a run
+that keeps every core busy is bound by the CPU it spends, so the seconds each
+party used (this process, its children, a daemon, a server's process group) and
+the machine's idle time tell what bounds it.
 """
 
 from __future__ import annotations

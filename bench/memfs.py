@@ -1,4 +1,4 @@
-"""Minimal pyfuse3 filesystems served from memory: the ceilings of scripts/bench.py.
+"""Minimal pyfuse3 filesystems served from memory: the ceilings of the benchmark.
 
 - ``MemFS``: one read-only file ``data``; the fastest a single-threaded pyfuse3 +
   trio daemon can answer reads (the handler returns a slice of a bytes buffer).
@@ -6,10 +6,12 @@
 - ``TreeFS``: DIRS directories of FILES empty files each, answered from
   precomputed tables; the fastest such a daemon can answer ``ls -R`` and ``stat``.
 
-Each runs in the foreground until unmounted (``fusermount3 -u``).
+Each runs in the foreground until unmounted (``fusermount3 -u``); bench/mounting.py
+starts them. This module imports nothing but pyfuse3 and trio, so that it mounts
+as fast as such a daemon can.
 
-    .venv/bin/python scripts/memfs.py SIZE_BYTES MOUNTPOINT
-    .venv/bin/python scripts/memfs.py --tree DIRS FILES MOUNTPOINT
+    .venv/bin/python -m bench.memfs SIZE_BYTES MOUNTPOINT
+    .venv/bin/python -m bench.memfs --tree DIRS FILES MOUNTPOINT
 """
 
 from __future__ import annotations
@@ -17,12 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pyfuse3
 import trio
@@ -139,63 +136,8 @@ def run(ops: pyfuse3.Operations, mountpoint: str, name: str) -> None:
 
 def serve(size: int, mountpoint: str) -> None:
     ops = MemFS(os.urandom(size))
-    pyfuse3.init(ops, mountpoint, set(pyfuse3.default_options) | {"fsname=memfs", "ro"})
-    try:
-        trio.run(pyfuse3.main)
-    finally:
-        pyfuse3.close(unmount=True)
+    run(ops, mountpoint, "memfs")
     print(f"memfs: served {ops.reads} read requests", flush=True)
-
-
-@contextmanager
-def _mounted(args: list[str], log_dir: Path) -> Iterator[tuple[Path, Path]]:
-    """Run this script with ``args`` + a new mount point; yields (mount point, log file)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.mounting import unmount, wait_for_mount
-
-    mountpoint = tempfile.mkdtemp(prefix="memfs-mnt-")
-    log_file = Path(tempfile.mkstemp(prefix="memfs-log-", dir=log_dir)[1])
-    with open(log_file, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, __file__, *args, mountpoint],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_mount(mountpoint, process, log_file)
-        yield Path(mountpoint), log_file
-    finally:
-        unmount(mountpoint)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        unmount(mountpoint)
-        os.rmdir(mountpoint)
-
-
-@contextmanager
-def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
-    """Mount a MemFS serving ``size`` bytes; yields (file path, log file); always unmounts.
-
-    Its kernel read-ahead is raised as zarrfs raises its own (1 MiB by default), so
-    both are sent reads of the same size: at the kernel's 128 KiB, memfs answers
-    eight times the requests and reads at half its rate.
-    """
-    from zarrfs.daemon.mount import MountOptions, set_readahead
-
-    with _mounted([str(size)], log_dir) as (mountpoint, log_file):
-        set_readahead(str(mountpoint), MountOptions().readahead)
-        yield mountpoint / FILE_NAME, log_file
-
-
-@contextmanager
-def treefs_mounted(dirs: int, files: int, log_dir: Path) -> Iterator[Path]:
-    """Mount a TreeFS; yields its mount point; always unmounts."""
-    with _mounted(["--tree", str(dirs), str(files)], log_dir) as (mountpoint, _):
-        yield mountpoint
 
 
 if __name__ == "__main__":
@@ -204,4 +146,7 @@ if __name__ == "__main__":
     elif len(sys.argv) == 3:
         serve(int(sys.argv[1]), sys.argv[2])
     else:
-        sys.exit("usage: memfs.py SIZE_BYTES MOUNTPOINT | memfs.py --tree DIRS FILES MOUNTPOINT")
+        sys.exit(
+            "usage: python -m bench.memfs SIZE_BYTES MOUNTPOINT"
+            " | python -m bench.memfs --tree DIRS FILES MOUNTPOINT"
+        )
