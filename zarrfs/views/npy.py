@@ -1,10 +1,11 @@
-"""``array.npy``: an NPY header from ``numpy.lib.format`` followed by ``array.raw``."""
+"""``array.npy``: an NPY header as numpy writes it, followed by ``array.raw``."""
 
 from __future__ import annotations
 
 import functools
 import io
 import logging
+import struct
 from typing import NoReturn
 
 import numpy as np
@@ -13,11 +14,6 @@ from numpy.lib import format as npy_format
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
-
-try:  # numpy >= 2 keeps the implementation in a private module
-    from numpy.lib._format_impl import _write_array_header
-except ImportError:  # numpy 1.x
-    _write_array_header = npy_format._write_array_header
 from zarrfs.views.base import View
 
 log = logging.getLogger(__name__)
@@ -29,11 +25,12 @@ MAX_HEADER = 10000
 
 
 @functools.lru_cache(maxsize=1024)  # a hierarchy has many arrays of one dtype and shape
-def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """The NPY header numpy itself would write for a C-order array (1.0, else 2.0/3.0)."""
+def npy_header(dtype: np.dtype, shape: tuple[int, ...], fortran_order: bool = False) -> bytes:
+    """The NPY header ``np.save`` writes for such an array: version 1.0, else 2.0
+    (a header too long for 1.0), else 3.0 (field names outside latin-1)."""
     header = {
         "descr": npy_format.dtype_to_descr(dtype),
-        "fortran_order": False,
+        "fortran_order": fortran_order,
         "shape": tuple(shape),
     }
     for writer in (npy_format.write_array_header_1_0, npy_format.write_array_header_2_0):
@@ -42,13 +39,29 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
             writer(buf, header)
             return buf.getvalue()
         except ValueError:
-            continue  # header longer than 1.0 allows: try 2.0
-        except UnicodeEncodeError:
-            break  # field names outside latin-1: only 3.0 will do
-    # numpy picks 3.0 itself but has no public writer for it.
-    buf = io.BytesIO()
-    _write_array_header(buf, header, (3, 0))
-    return buf.getvalue()
+            continue  # header longer than 1.0 allows, or not latin-1: try 2.0
+    return _header_3_0(header)
+
+
+def _header_3_0(header: dict[str, object]) -> bytes:
+    """Version 3.0 (version 2.0 with the header text in UTF-8), which numpy writes
+    but has no public writer for, laid out as numpy's writers lay out 2.0."""
+    text = "{" + "".join(f"'{key}': {value!r}, " for key, value in sorted(header.items())) + "}"
+    # Room to grow the length of the growing axis in place, as numpy leaves.
+    shape = header["shape"]
+    assert isinstance(shape, tuple)
+    if shape:
+        growing = shape[-1 if header["fortran_order"] else 0]
+        text += " " * (npy_format.GROWTH_AXIS_MAX_DIGITS - len(repr(growing)))
+    encoded = text.encode("utf8")
+    # The length takes 4 bytes; spaces and a newline pad the header to where the
+    # data starts aligned (a whole ARRAY_ALIGN of them where it would be already).
+    length = struct.Struct("<I")
+    pad = npy_format.ARRAY_ALIGN - (
+        (npy_format.MAGIC_LEN + length.size + len(encoded) + 1) % npy_format.ARRAY_ALIGN
+    )
+    prefix = npy_format.magic(3, 0) + length.pack(len(encoded) + 1 + pad)
+    return prefix + encoded + b" " * pad + b"\n"
 
 
 def parse_npy_header(data: bytes) -> tuple[int, np.dtype, tuple[int, ...], bool] | None:
