@@ -100,6 +100,8 @@ class NpyView(View):
     with O_TRUNC changes nothing until such a header is written: the truncate is
     held until then, and dropped if the header is refused or the file is closed
     before one is complete, so a refused ``np.save`` leaves the array as it was.
+    A write to the array's bytes meanwhile (through array.raw) makes the file the
+    array again: the header being written is dropped.
     """
 
     writable = True
@@ -108,8 +110,22 @@ class NpyView(View):
         self.state = state
         self._header_for: tuple[int, ...] | None = None
         self._header = b""
+        self._pending: bytearray | None = None  # a new header after O_TRUNC, so far
+        self._pending_since = 0  # the array's ``changes`` when it began
         self._truncate_held = False  # an O_TRUNC not applied until a header matches
         self._refused: str | None = None  # why the new header was refused
+
+    @property
+    def pending_header(self) -> bytearray | None:
+        """The bytes of a new header written since O_TRUNC, while it is incomplete
+        (None: the file is the array)."""
+        if self._pending is not None and self.state.changes != self._pending_since:
+            self._pending = None  # the array's bytes were written since
+        return self._pending
+
+    def _begin_header(self) -> None:
+        self._pending = bytearray()
+        self._pending_since = self.state.changes
 
     @property
     def header(self) -> bytes:
@@ -121,8 +137,9 @@ class NpyView(View):
 
     @property
     def size(self) -> int:
-        if self.state.npy_header_pending is not None:
-            return len(self.state.npy_header_pending)
+        pending = self.pending_header
+        if pending is not None:
+            return len(pending)
         return len(self.header) + self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
@@ -131,7 +148,7 @@ class NpyView(View):
         return data
 
     async def _read(self, offset: int, size: int) -> Buffer:
-        pending = self.state.npy_header_pending
+        pending = self.pending_header
         if pending is not None:
             return bytes(pending[offset : offset + size])
         header = self.header
@@ -146,12 +163,12 @@ class NpyView(View):
         return head + tail if head else tail
 
     def prefetch(self, offset: int) -> None:
-        if self.state.npy_header_pending is None:
+        if self.pending_header is None:
             self.state.prefetch(max(offset - len(self.header), 0))
 
     async def write(self, offset: int, data: bytes) -> int:
         state = self.state
-        if state.npy_header_pending is not None:
+        if self.pending_header is not None:
             if self._refused is not None:
                 # The rest of a refused np.save must not land in the array.
                 raise InvalidArgumentError(
@@ -176,7 +193,7 @@ class NpyView(View):
 
     async def _write_new_header(self, offset: int, data: bytes) -> int:
         state = self.state
-        pending = state.npy_header_pending
+        pending = self.pending_header
         assert pending is not None
         if offset > len(pending):
             # Held in memory until it parses: no gap may make it grow unasked.
@@ -199,7 +216,7 @@ class NpyView(View):
         if mismatch is not None:
             self._refuse(f"NPY header {dtype.str} {shape}: {mismatch}")
         rest = bytes(pending[length:])
-        state.npy_header_pending = None
+        self._pending = None
         if self._truncate_held:
             state.truncate(0)  # what the O_TRUNC asked for, now that a header matches
             self._truncate_held = False
@@ -223,7 +240,7 @@ class NpyView(View):
 
     def open_truncated(self) -> None:
         """O_TRUNC: the following writes form a new header; held until they do."""
-        self.state.npy_header_pending = bytearray()
+        self._begin_header()
         self._truncate_held = True
         self._refused = None
 
@@ -231,7 +248,7 @@ class NpyView(View):
         """A handle that wrote was closed: a header it left incomplete or refused is
         dropped, so the file is the array again (an interrupted or refused
         ``np.save``, ``: > array.npy``), with its truncate if one was held."""
-        pending = self.state.npy_header_pending
+        pending = self.pending_header
         if pending is not None:
             if pending and self._refused is None:
                 log.warning(
@@ -240,7 +257,7 @@ class NpyView(View):
                     len(pending),
                     "; the array is unchanged" if self._truncate_held else "",
                 )
-            self.state.npy_header_pending = None
+            self._pending = None
         self._truncate_held = False
         self._refused = None
 
@@ -248,11 +265,11 @@ class NpyView(View):
         state = self.state
         if size == 0:
             state.truncate(0)
-            state.npy_header_pending = bytearray()
+            self._begin_header()
             self._truncate_held = False
             self._refused = None
             return
-        if state.npy_header_pending is not None:
+        if self.pending_header is not None:
             raise InvalidArgumentError(f"{state.meta.display_name}: NPY header incomplete")
         row = state.row_nbytes
         if not row:
