@@ -69,6 +69,9 @@ class WriteBackLink:
 
 
 class ArrayState:
+    """One array's live state: its parts (see above), the file-like calls views
+    make, and what write-back asks of its chunks and resizes."""
+
     def __init__(
         self,
         meta: ArrayMeta,
