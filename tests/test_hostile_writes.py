@@ -293,5 +293,5 @@ def test_a_raw_write_drops_a_pending_npy_header(tmp_path: Path) -> None:
         await RawView(state).write(0, np.arange(2, dtype="<f8").tobytes())
 
     trio.run(go)
-    assert state.npy_header_pending is None
+    assert npy.pending_header is None
     assert npy.size == len(npy.header) + 16

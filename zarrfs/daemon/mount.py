@@ -271,7 +271,7 @@ async def _final_flush(ops: Operations) -> None:
             unstored.tail_arrays += 1
             if len(unstored.tail_names) < 3:
                 unstored.tail_names.append(state.meta.display_name)
-            state.tail.clear()
+            state.drop_tail()
     try:
         await writeback.flush_all()
     except ZarrfsError as e:

@@ -148,11 +148,6 @@ class ArrayMeta:
         """The unit a store key holds (None: no chunk or shard of this array)."""
         return self.chunk_index(key) if self.shards is None else self.shards.shard_index(key)
 
-    @property
-    def unit_rows(self) -> int:
-        """Rows of the array (along axis 0) one unit spans."""
-        return self.chunks[0] if self.shards is None else self.shards.shard_shape[0]
-
     def resized(self, rows: int) -> ArrayMeta:
         """This array with ``shape[0] == rows``."""
         shape = (rows, *self.shape[1:])

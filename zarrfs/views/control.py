@@ -55,7 +55,7 @@ def snapshot(cache: ChunkCache, writeback: WriteBack | None, store: Store) -> di
         "bytes_stored": counters.bytes_stored,
         "dirty_chunks": sum(len(state.dirty) for state in states),
         "dirty_bytes": writeback.dirty_bytes if writeback is not None else 0,
-        "chunks_being_stored": sum(len(state.flushing) for state in states),
+        "chunks_being_stored": sum(len(state.frozen) for state in states),
         "write_cache_size": writeback.budget if writeback is not None else 0,
         "errors": counters.errors,
         "decode_failures": counters.decode_failures,

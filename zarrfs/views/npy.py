@@ -1,10 +1,11 @@
-"""``array.npy``: an NPY header from ``numpy.lib.format`` followed by ``array.raw``."""
+"""``array.npy``: an NPY header as numpy writes it, followed by ``array.raw``."""
 
 from __future__ import annotations
 
 import functools
 import io
 import logging
+import struct
 from typing import NoReturn
 
 import numpy as np
@@ -13,11 +14,6 @@ from numpy.lib import format as npy_format
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
-
-try:  # numpy >= 2 keeps the implementation in a private module
-    from numpy.lib._format_impl import _write_array_header
-except ImportError:  # numpy 1.x
-    _write_array_header = npy_format._write_array_header
 from zarrfs.views.base import View
 
 log = logging.getLogger(__name__)
@@ -29,11 +25,12 @@ MAX_HEADER = 10000
 
 
 @functools.lru_cache(maxsize=1024)  # a hierarchy has many arrays of one dtype and shape
-def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """The NPY header numpy itself would write for a C-order array (1.0, else 2.0/3.0)."""
+def npy_header(dtype: np.dtype, shape: tuple[int, ...], fortran_order: bool = False) -> bytes:
+    """The NPY header ``np.save`` writes for such an array: version 1.0, else 2.0
+    (a header too long for 1.0), else 3.0 (field names outside latin-1)."""
     header = {
         "descr": npy_format.dtype_to_descr(dtype),
-        "fortran_order": False,
+        "fortran_order": fortran_order,
         "shape": tuple(shape),
     }
     for writer in (npy_format.write_array_header_1_0, npy_format.write_array_header_2_0):
@@ -42,13 +39,29 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
             writer(buf, header)
             return buf.getvalue()
         except ValueError:
-            continue  # header longer than 1.0 allows: try 2.0
-        except UnicodeEncodeError:
-            break  # field names outside latin-1: only 3.0 will do
-    # numpy picks 3.0 itself but has no public writer for it.
-    buf = io.BytesIO()
-    _write_array_header(buf, header, (3, 0))
-    return buf.getvalue()
+            continue  # header longer than 1.0 allows, or not latin-1: try 2.0
+    return _header_3_0(header)
+
+
+def _header_3_0(header: dict[str, object]) -> bytes:
+    """Version 3.0 (version 2.0 with the header text in UTF-8), which numpy writes
+    but has no public writer for, laid out as numpy's writers lay out 2.0."""
+    text = "{" + "".join(f"'{key}': {value!r}, " for key, value in sorted(header.items())) + "}"
+    # Room to grow the length of the growing axis in place, as numpy leaves.
+    shape = header["shape"]
+    assert isinstance(shape, tuple)
+    if shape:
+        growing = shape[-1 if header["fortran_order"] else 0]
+        text += " " * (npy_format.GROWTH_AXIS_MAX_DIGITS - len(repr(growing)))
+    encoded = text.encode("utf8")
+    # The length takes 4 bytes; spaces and a newline pad the header to where the
+    # data starts aligned (a whole ARRAY_ALIGN of them where it would be already).
+    length = struct.Struct("<I")
+    pad = npy_format.ARRAY_ALIGN - (
+        (npy_format.MAGIC_LEN + length.size + len(encoded) + 1) % npy_format.ARRAY_ALIGN
+    )
+    prefix = npy_format.magic(3, 0) + length.pack(len(encoded) + 1 + pad)
+    return prefix + encoded + b" " * pad + b"\n"
 
 
 def parse_npy_header(data: bytes) -> tuple[int, np.dtype, tuple[int, ...], bool] | None:
@@ -87,6 +100,8 @@ class NpyView(View):
     with O_TRUNC changes nothing until such a header is written: the truncate is
     held until then, and dropped if the header is refused or the file is closed
     before one is complete, so a refused ``np.save`` leaves the array as it was.
+    A write to the array's bytes meanwhile (through array.raw) makes the file the
+    array again: the header being written is dropped.
     """
 
     writable = True
@@ -95,8 +110,22 @@ class NpyView(View):
         self.state = state
         self._header_for: tuple[int, ...] | None = None
         self._header = b""
+        self._pending: bytearray | None = None  # a new header after O_TRUNC, so far
+        self._pending_since = 0  # the array's ``changes`` when it began
         self._truncate_held = False  # an O_TRUNC not applied until a header matches
         self._refused: str | None = None  # why the new header was refused
+
+    @property
+    def pending_header(self) -> bytearray | None:
+        """The bytes of a new header written since O_TRUNC, while it is incomplete
+        (None: the file is the array)."""
+        if self._pending is not None and self.state.changes != self._pending_since:
+            self._pending = None  # the array's bytes were written since
+        return self._pending
+
+    def _begin_header(self) -> None:
+        self._pending = bytearray()
+        self._pending_since = self.state.changes
 
     @property
     def header(self) -> bytes:
@@ -108,8 +137,9 @@ class NpyView(View):
 
     @property
     def size(self) -> int:
-        if self.state.npy_header_pending is not None:
-            return len(self.state.npy_header_pending)
+        pending = self.pending_header
+        if pending is not None:
+            return len(pending)
         return len(self.header) + self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
@@ -118,7 +148,7 @@ class NpyView(View):
         return data
 
     async def _read(self, offset: int, size: int) -> Buffer:
-        pending = self.state.npy_header_pending
+        pending = self.pending_header
         if pending is not None:
             return bytes(pending[offset : offset + size])
         header = self.header
@@ -133,12 +163,12 @@ class NpyView(View):
         return head + tail if head else tail
 
     def prefetch(self, offset: int) -> None:
-        if self.state.npy_header_pending is None:
+        if self.pending_header is None:
             self.state.prefetch(max(offset - len(self.header), 0))
 
     async def write(self, offset: int, data: bytes) -> int:
         state = self.state
-        if state.npy_header_pending is not None:
+        if self.pending_header is not None:
             if self._refused is not None:
                 # The rest of a refused np.save must not land in the array.
                 raise InvalidArgumentError(
@@ -163,7 +193,7 @@ class NpyView(View):
 
     async def _write_new_header(self, offset: int, data: bytes) -> int:
         state = self.state
-        pending = state.npy_header_pending
+        pending = self.pending_header
         assert pending is not None
         if offset > len(pending):
             # Held in memory until it parses: no gap may make it grow unasked.
@@ -186,7 +216,7 @@ class NpyView(View):
         if mismatch is not None:
             self._refuse(f"NPY header {dtype.str} {shape}: {mismatch}")
         rest = bytes(pending[length:])
-        state.npy_header_pending = None
+        self._pending = None
         if self._truncate_held:
             state.truncate(0)  # what the O_TRUNC asked for, now that a header matches
             self._truncate_held = False
@@ -210,7 +240,7 @@ class NpyView(View):
 
     def open_truncated(self) -> None:
         """O_TRUNC: the following writes form a new header; held until they do."""
-        self.state.npy_header_pending = bytearray()
+        self._begin_header()
         self._truncate_held = True
         self._refused = None
 
@@ -218,7 +248,7 @@ class NpyView(View):
         """A handle that wrote was closed: a header it left incomplete or refused is
         dropped, so the file is the array again (an interrupted or refused
         ``np.save``, ``: > array.npy``), with its truncate if one was held."""
-        pending = self.state.npy_header_pending
+        pending = self.pending_header
         if pending is not None:
             if pending and self._refused is None:
                 log.warning(
@@ -227,7 +257,7 @@ class NpyView(View):
                     len(pending),
                     "; the array is unchanged" if self._truncate_held else "",
                 )
-            self.state.npy_header_pending = None
+            self._pending = None
         self._truncate_held = False
         self._refused = None
 
@@ -235,11 +265,11 @@ class NpyView(View):
         state = self.state
         if size == 0:
             state.truncate(0)
-            state.npy_header_pending = bytearray()
+            self._begin_header()
             self._truncate_held = False
             self._refused = None
             return
-        if state.npy_header_pending is not None:
+        if self.pending_header is not None:
             raise InvalidArgumentError(f"{state.meta.display_name}: NPY header incomplete")
         row = state.row_nbytes
         if not row:

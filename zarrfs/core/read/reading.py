@@ -1,9 +1,10 @@
 """Reading an array's bytes: chunks as reads see them, assembled into C-order bytes.
 
-``ArrayReads`` is the read side of ``ArrayState`` (core/arrays.py): what a read
-returns, the fast path for chunks that are runs of array.raw, and read-ahead. It
-sees the state's dirty, flushing and stale chunks through the attributes and
-methods ``ArrayState`` defines.
+``ArrayReader`` answers reads of one array's stored rows (the pending partial row
+past them is the writer's: core/write/writing.py) from its chunks as reads see them
+(core/read/livechunks.py): slices of chunks where chunks are runs of array.raw,
+slices of stripes where a stream has them assembled (core/read/stripes.py), else
+assembled request by request.
 """
 
 from __future__ import annotations
@@ -15,34 +16,21 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import trio
 
-from zarrfs.core.pool import BACKGROUND
+from zarrfs.core.livemeta import fill_element, fill_run, void_dtype
 from zarrfs.errors import ZarrfsError
-from zarrfs.formats.grid.layout import (
-    Index,
-    RangePlan,
-    contiguous_chunk_nbytes,
-    contiguous_runs,
-    plan_range,
-)
+from zarrfs.formats.grid.layout import Index, RangePlan, contiguous_runs, plan_range
 from zarrfs.formats.grid.stripes import Stripe, StripeLayout, stripe_layout
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
+    from zarrfs.core.livemeta import LiveMeta
     from zarrfs.core.read.chunks import ChunkCache
-    from zarrfs.core.write.chunkstate import Dirty
-
-# Sequential readers get the chunks ahead of them loaded in the background.
-READ_AHEAD = 8 * 2**20
-REMOTE_READ_AHEAD = 32 * 2**20
-READ_AHEAD_CHUNKS = 4
+    from zarrfs.core.read.livechunks import LiveChunks
 
 # Stripes (core/read/stripes.py) are at most this large, and at most an eighth of the
 # cache; a stripe with the chunks it needs must fit a quarter of the cache, or
 # reads are assembled request by request from the chunks.
 STRIPE_MAX = 32 * 2**20
-# Stripes assembled ahead of a stream, at most (each one is many chunks: enough
-# decoding to keep every core busy).
-STRIPES_AHEAD = 2
 
 Buffer = bytes | memoryview  # what reads return: a slice of a chunk needs no copy
 
@@ -91,9 +79,9 @@ def assemble(
     their own (no copy to return them), or in ``out`` (uint8, the plan's whole
     elements); no await, so atomic. Worker threads call it for stripes: numpy
     copies these without the GIL."""
-    void = np.dtype((np.void, meta.itemsize))
+    void = void_dtype(meta)
     buf = np.empty(plan.n_elements, dtype=void) if out is None else out.view(void)
-    fill = np.frombuffer(meta.fill_bytes, dtype=void)[0]
+    fill = fill_element(meta)
     for index, pieces in plan.chunks.items():
         chunk = chunks[index]
         source = None if chunk is None else chunk.view(void)
@@ -105,48 +93,28 @@ def assemble(
     return flat[plan.byte_offset : plan.byte_offset + plan.nbytes]
 
 
-class ArrayReads:
-    """The read path of one array's live state (see ArrayState)."""
+class ArrayReader:
+    """The read path of one array: its stored rows as array.raw holds them."""
 
-    meta: ArrayMeta
-    cache: ChunkCache
-    dirty: Mapping[Index, Dirty]
-    flushing: Mapping[Index, np.ndarray]
-    tail: bytearray
-    low_rows: int
-    _prefetched_to: int
-    _released_to: int
-    _striping: tuple[ArrayMeta, int, StripeLayout | None] | None = None
-    _run: tuple[ArrayMeta, int | None] | None = None
+    def __init__(self, live: LiveMeta, chunks: LiveChunks, cache: ChunkCache) -> None:
+        self._live = live
+        self._chunks = chunks
+        self._cache = cache
+        self._striping: tuple[ArrayMeta, int, StripeLayout | None] | None = None
 
-    def is_stale(self, index: Index) -> bool:
-        raise NotImplementedError
-
-    async def get(self, meta: ArrayMeta, index: Index) -> np.ndarray | None:
-        raise NotImplementedError
-
-    async def read(self, offset: int, size: int) -> Buffer:
-        meta = self.meta
-        stored = meta.nbytes
-        out: Buffer = b""
-        if offset < stored:
-            length = min(size, stored - offset)
-            run = self._chunk_run()
-            if run is not None:
-                at_hand = self._read_at_hand(run, offset, length)
-                out = await self._read_runs(run, offset, length) if at_hand is None else at_hand
-            else:
-                striped = await self._read_striped(offset, length)
-                out = await self._read_planned(offset, length) if striped is None else striped
-        if offset + size > stored and self.tail:
-            start = max(offset - stored, 0)
-            out = bytes(out) + bytes(self.tail[start : offset + size - stored])
-        return out
+    async def read(self, offset: int, length: int) -> Buffer:
+        """Bytes ``[offset, offset + length)``, inside the stored rows."""
+        run = self._live.run
+        if run is not None:
+            at_hand = self._read_at_hand(run, offset, length)
+            return await self._read_runs(run, offset, length) if at_hand is None else at_hand
+        striped = await self._read_striped(offset, length)
+        return await self._read_planned(offset, length) if striped is None else striped
 
     async def _read_planned(self, offset: int, length: int) -> Buffer:
         """Any layout: the chunks the range touches, fetched concurrently unless all
         are at hand (a sequential reader's usual case: no tasks to start)."""
-        meta = self.meta
+        meta = self._live.meta
         plan = plan_range(meta.shape, meta.chunks, meta.itemsize, offset, length)
         if plan.nbytes == 0:
             return b""
@@ -160,12 +128,12 @@ class ArrayReads:
         """How this array is cut into stripes; None where reads do without them
         (chunks that are runs of array.raw are their own stripes, and a row of
         chunks too large for the cache is read request by request)."""
-        meta, budget = self.meta, self.cache.max_bytes
+        meta, budget = self._live.meta, self._cache.max_bytes
         cached = self._striping
         if cached is not None and cached[0] is meta and cached[1] == budget:
             return cached[2]  # (a resize makes a new ArrayMeta)
         layout = None
-        if contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order) is None:
+        if self._live.run is None:
             cap = min(STRIPE_MAX, budget // 8)
             layout = stripe_layout(meta.shape, meta.chunks, meta.itemsize, cap)
             if layout is not None and layout.chunk_row_nbytes + layout.max_stripe_nbytes > (
@@ -175,16 +143,11 @@ class ArrayReads:
         self._striping = (meta, budget, layout)
         return layout
 
-    def _clean(self, layout: StripeLayout, stripe: Stripe) -> bool:
+    def clean(self, layout: StripeLayout, stripe: Stripe) -> bool:
         """No chunk of the stripe is dirty, held by a flush, or stale: the stored
         chunks are what reads see, and a stripe may be assembled from them."""
-        end_row = (stripe.prefix[0] + 1) * self.meta.chunks[0]
-        if not self.dirty and not self.flushing and end_row <= self.low_rows:
-            return True
-        return not any(
-            index in self.dirty or index in self.flushing or self.is_stale(index)
-            for index in layout.chunk_indices(stripe)
-        )
+        end_row = (stripe.prefix[0] + 1) * self._live.meta.chunks[0]
+        return self._chunks.all_stored(layout.chunk_indices(stripe), end_row)
 
     async def _read_striped(self, offset: int, length: int) -> Buffer | None:
         """Slices of stripes, where every stripe the range needs is cached or being
@@ -192,54 +155,25 @@ class ArrayReads:
         layout = self.stripe_layout()
         if layout is None:
             return None
-        stripes = self.cache.stripes
-        path = self.meta.path
+        stripes = self._cache.stripes
+        path = self._live.meta.path
         needed = []
         position, end = offset, offset + length
         while position < end:
             stripe = layout.stripe_at(position)
-            if not stripes.pending(path, stripe) or not self._clean(layout, stripe):
+            if not stripes.pending(path, stripe) or not self.clean(layout, stripe):
                 return None
             needed.append(stripe)
             position = stripe.stop
         pieces: list[Buffer] = []
         for stripe in needed:
-            data = await stripes.get(self.meta, layout, stripe)
+            data = await stripes.get(self._live.meta, layout, stripe)
             lo = max(offset, stripe.start) - stripe.start
             hi = min(end, stripe.stop) - stripe.start
             pieces.append(memoryview(data)[lo:hi])
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    def _prefetch_stripes(self, layout: StripeLayout, offset: int) -> None:
-        """A stream at ``offset``: the stripes from there on are assembled ahead of
-        it, and those it has passed make room (the page cache holds their bytes)."""
-        meta, stripes = self.meta, self.cache.stripes
-        behind = offset - layout.max_stripe_nbytes
-        if behind > 0:
-            stripes.release_before(meta.path, behind)
-        if not self.cache.read_ahead:
-            return
-        per_stripe = layout.chunk_row_nbytes + layout.max_stripe_nbytes
-        ahead = max(1, min(STRIPES_AHEAD, self.cache.max_bytes // 4 // per_stripe))
-        position = offset
-        for _ in range(ahead + 1):
-            if position >= meta.nbytes or stripes.under_way(meta.path) > ahead:
-                return
-            stripe = layout.stripe_at(position)
-            if not stripes.pending(meta.path, stripe) and self._clean(layout, stripe):
-                stripes.start(meta, layout, stripe, BACKGROUND)
-            position = stripe.stop
-
-    def _chunk_run(self) -> int | None:
-        """The bytes of array.raw each chunk is a run of (None: chunks are not runs),
-        worked out once per metadata (a resize makes a new ArrayMeta)."""
-        meta = self.meta
-        cached = self._run
-        if cached is not None and cached[0] is meta:
-            return cached[1]
-        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
-        self._run = (meta, run)
-        return run
+    # -- chunks that are runs of array.raw -----------------------------------------------------
 
     def _read_at_hand(self, chunk_nbytes: int, offset: int, length: int) -> Buffer | None:
         """A read within one chunk that needs no waiting (random reads into a hot
@@ -247,13 +181,13 @@ class ArrayReads:
         number, start = divmod(offset, chunk_nbytes)
         if start + length > chunk_nbytes:
             return None
-        found, chunk = self._ready((number, *(0,) * (len(self.meta.shape) - 1)))
+        found, chunk = self._chunks.ready((number, *self._live.trailing))
         return self._piece(chunk, start, start + length) if found else None
 
     async def _read_runs(self, chunk_nbytes: int, offset: int, length: int) -> Buffer:
         """The fast path: chunks are runs of array.raw, served as slices of their bytes."""
         runs = contiguous_runs(chunk_nbytes, offset, length)
-        trailing = (0,) * (len(self.meta.shape) - 1)
+        trailing = self._live.trailing
         chunks = await self._get_many([(number, *trailing) for number, _, _ in runs])
         pieces = [self._piece(chunk, start, stop) for (_, start, stop), chunk in zip(runs, chunks)]
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -261,70 +195,17 @@ class ArrayReads:
     def _piece(self, chunk: np.ndarray | None, start: int, stop: int) -> Buffer:
         """Bytes ``start:stop`` of a chunk as array.raw holds it (None: fill value)."""
         if chunk is None:
-            fill = self.meta.fill_bytes
-            phase = start % len(fill)
-            count = -(-(stop - start + phase) // len(fill))
-            return (fill * count)[phase : phase + stop - start]
+            return fill_run(self._live.meta.fill_bytes, start, stop)
         part = memoryview(chunk.reshape(-1).view(np.uint8))[start:stop]
         # Cached chunks are immutable; a dirty one may change after we return.
         return bytes(part) if chunk.flags.writeable else part
 
-    def prefetch(self, offset: int) -> None:
-        """A reader is streaming from ``offset``: load the chunks ahead of it.
-
-        The window is a few chunks (at least READ_AHEAD bytes, at most a quarter of
-        the cache, so read-ahead cannot evict what it loaded before it is read).
-        """
-        meta = self.meta
-        layout = self.stripe_layout()
-        if layout is not None:
-            if offset < meta.nbytes:
-                self._prefetch_stripes(layout, offset)
-            return
-        end = min(offset + self._read_ahead_bytes(), meta.nbytes)
-        ahead = self._prefetched_to
-        start = ahead if offset <= ahead <= end else offset  # else: the reader jumped
-        run = contiguous_chunk_nbytes(meta.shape, meta.chunks, meta.itemsize, meta.order)
-        if run is not None:
-            # Chunks the stream has passed (one kept for late requests) go first,
-            # also once the window has reached the end of the array.
-            trailing = (0,) * (len(meta.shape) - 1)
-            passed = offset // run - 1
-            if passed < self._released_to - 1:  # the reader jumped back: a new stream
-                self._released_to = max(passed, 0)
-            for number in range(self._released_to, passed):
-                self.cache.release(meta, (number, *trailing))
-            self._released_to = max(self._released_to, passed)
-        if start >= end:
-            return
-        if run is not None:
-            trailing = (0,) * (len(meta.shape) - 1)
-            for number, begin, _ in contiguous_runs(run, start, end - start):
-                if not self._prefetch_chunk((number, *trailing)):
-                    self._prefetched_to = number * run + begin
-                    return
-        else:
-            plan = plan_range(meta.shape, meta.chunks, meta.itemsize, start, end - start)
-            if not all([self._prefetch_chunk(index) for index in plan.chunks]):
-                return  # try the whole window again on the next read
-        self._prefetched_to = end
-
-    def _read_ahead_bytes(self) -> int:
-        # Over a network each request waits its latency: more of them in flight.
-        ahead = READ_AHEAD if self.cache.fetch_pool is None else REMOTE_READ_AHEAD
-        wanted = max(ahead, READ_AHEAD_CHUNKS * self.meta.chunk_nbytes)
-        return min(wanted, self.cache.max_bytes // 4)
-
-    def _prefetch_chunk(self, index: Index) -> bool:
-        if index in self.dirty or index in self.flushing or self.is_stale(index):
-            return True
-        return self.cache.prefetch(self.meta, index)
-
     async def _get_many(self, indices: list[Index]) -> list[np.ndarray | None]:
         """Chunks as reads see them, fetched concurrently; the first error is raised."""
+        chunks = self._chunks
         if len(indices) == 1:
-            return [await self.get(self.meta, indices[0])]
-        ready = [self._ready(index) for index in indices]
+            return [await chunks.get(self._live.meta, indices[0])]
+        ready = [chunks.ready(index) for index in indices]
         results = [chunk for _, chunk in ready]
         if all(found for found, _ in ready):  # all at hand: no tasks to start
             return results
@@ -332,7 +213,7 @@ class ArrayReads:
 
         async def fetch(position: int, index: Index) -> None:
             try:
-                results[position] = await self.get(self.meta, index)
+                results[position] = await chunks.get(self._live.meta, index)
             except ZarrfsError as e:
                 errors.append(e)
 
@@ -343,14 +224,3 @@ class ArrayReads:
         if errors:
             raise errors[0]
         return results
-
-    def _ready(self, index: Index) -> tuple[bool, np.ndarray | None]:
-        """(True, chunk) when ``get`` would answer without waiting, else (False, None)."""
-        dirty = self.dirty.get(index)
-        if dirty is not None:
-            return (True, dirty.data) if dirty.mask is None else (False, None)
-        if self.is_stale(index):
-            return True, None
-        if index in self.flushing:
-            return True, self.flushing[index]
-        return self.cache.ready(self.meta.path, index)

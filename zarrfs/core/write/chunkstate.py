@@ -13,18 +13,19 @@ later flush of the same unit waits for that, so an older snapshot never
 overtakes a newer one. Everything here runs on the trio thread, and each method
 is atomic (no awaits).
 
-``ArrayState`` (core/arrays.py) changes chunks through ``make_dirty`` and
-``drop``; write-back (core/write/writeback.py) through ``freeze``, ``thaw`` and
-``release``. Both read ``dirty`` and ``frozen``, read-only mappings.
+The writers (core/write/chunkwrites.py, core/write/writing.py) change chunks through
+``make_dirty`` and ``drop``; write-back (core/write/writeback.py) through
+``freeze``, ``thaw`` and ``release``. Everyone reads ``dirty`` and ``frozen``,
+read-only mappings. Write-back's budget hears of every chunk made dirty or dropped
+through the ``Ledger`` it is given.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import trio
@@ -41,26 +42,31 @@ RELEASE_COUNTERS = 64
 @dataclass
 class Dirty:
     # chunk shape, laid out in the array's order; read-only when it is a write's own
-    # buffer or was handed to a flush: writers go through ArrayState._writable
+    # buffer or was handed to a flush: writers go through ``writable``
     data: np.ndarray
     mask: np.ndarray | None  # elements written so far; None once complete
     since: float  # when it first became dirty (monotonic)
 
+    def writable(self, order: str) -> np.ndarray:
+        """The data, copied first (in the array's ``order``) if it is read-only:
+        copy on write."""
+        if not self.data.flags.writeable:
+            self.data = self.data.copy(order=order)
+        return self.data
+
 
 class Ledger(Protocol):
-    """Who accounts dirty chunks across arrays (write-back's budget)."""
+    """Who accounts one array's dirty chunks among all arrays' (write-back's budget)."""
 
-    def track(self, owner: Any, index: Index, dirty: Dirty) -> None: ...
+    def track(self, index: Index, dirty: Dirty) -> None: ...
 
-    def dropped(self, owner: Any, index: Index) -> None: ...
+    def dropped(self, index: Index) -> None: ...
 
 
 class ChunkStates:
-    def __init__(self, owner: Any, ledger: Ledger | None) -> None:
-        # The ArrayState, as the ledger knows it; weakly, so that an array state no
-        # longer used is freed at once, not by the cycle collector (the tree lets go
-        # of the states of arrays listed long ago: namespace/tree.py).
-        self._owner = weakref.ref(owner)
+    """The dirty, frozen and held chunks of one array."""
+
+    def __init__(self, ledger: Ledger | None) -> None:
         self._ledger = ledger
         self._dirty: dict[Index, Dirty] = {}
         self._frozen: dict[Index, np.ndarray] = {}
@@ -75,12 +81,12 @@ class ChunkStates:
         """``dirty`` is now the chunk's newest version (replacing any before it)."""
         self._dirty[index] = dirty
         if self._ledger is not None:
-            self._ledger.track(self._owner(), index, dirty)
+            self._ledger.track(index, dirty)
 
     def drop(self, index: Index) -> None:
         """Forget a dirty chunk (a shrink left it beyond the end)."""
         if self._dirty.pop(index, None) is not None and self._ledger is not None:
-            self._ledger.dropped(self._owner(), index)
+            self._ledger.dropped(index)
 
     # -- flushes ----------------------------------------------------------------------
 
@@ -102,7 +108,7 @@ class ChunkStates:
                 raise RuntimeError(f"chunk {index} is not the complete dirty version")
             del self._dirty[index]
             if self._ledger is not None:
-                self._ledger.dropped(self._owner(), index)
+                self._ledger.dropped(index)
             dirty.data.flags.writeable = False
             self._frozen[index] = dirty.data
         self._held[unit] = trio.Event()
