@@ -12,13 +12,14 @@ from numpy.lib import format as npy_format
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
 
 try:  # numpy >= 2 keeps the implementation in a private module
     from numpy.lib._format_impl import _write_array_header
 except ImportError:  # numpy 1.x
     _write_array_header = npy_format._write_array_header
-from zarrfs.views.base import View
+from zarrfs.views.base import ArrayView
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def parse_npy_header(data: bytes) -> tuple[int, np.dtype, tuple[int, ...], bool]
     return total, dtype, tuple(shape), fortran_order
 
 
-class NpyView(View):
+class NpyView(ArrayView):
     """``array.npy``: the header follows the array's shape; the data part is array.raw.
 
     The header of an existing file cannot be changed (EPERM), but after O_TRUNC the
@@ -90,9 +91,10 @@ class NpyView(View):
     """
 
     writable = True
+    reads_counted = True
 
-    def __init__(self, state: ArrayState) -> None:
-        self.state = state
+    def __init__(self, state: ArrayState, writeback: WriteBack | None = None) -> None:
+        super().__init__(state, writeback)
         self._header_for: tuple[int, ...] | None = None
         self._header = b""
         self._truncate_held = False  # an O_TRUNC not applied until a header matches
@@ -113,11 +115,6 @@ class NpyView(View):
         return len(self.header) + self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
-        data = await self._read(offset, size)
-        self.state.cache.counters.bytes_read += len(data)
-        return data
-
-    async def _read(self, offset: int, size: int) -> Buffer:
         pending = self.state.npy_header_pending
         if pending is not None:
             return bytes(pending[offset : offset + size])
