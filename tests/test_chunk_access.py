@@ -21,11 +21,12 @@ import zarr
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.read.reading import read_array_bytes
 from zarrfs.core.sizes import parse_size
 from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.directory import DirectoryStore
-from zarrfs.views.raw import RawView, read_array_bytes
+from zarrfs.views.raw import RawView
 
 
 class CountingStore(DirectoryStore):

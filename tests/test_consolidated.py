@@ -21,7 +21,8 @@ from tests.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import MetadataError
 from zarrfs.formats.metadata.consolidated import dump_document, parse_consolidated, replace_entry
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 
 ZARRAY = {
     "zarr_format": 2,

@@ -22,7 +22,8 @@ from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import parse_consolidated, parse_v3_consolidated
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 
 ARRAY = {
     "zarr_format": 3,

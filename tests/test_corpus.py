@@ -20,7 +20,7 @@ import trio
 from tests.conftest import CORPUS
 from tests.mounting import mounted
 from zarrfs.daemon.mount import MountOptions, build_operations
-from zarrfs.namespace.tree import DirNode, FileNode
+from zarrfs.namespace.nodes import DirNode, FileNode
 from zarrfs.stores.base import Store
 
 METADATA_KEYS = ("zarr.json", ".zarray", ".zgroup", "meta", "__zmeta__")

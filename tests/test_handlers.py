@@ -19,7 +19,7 @@ from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import PID_XATTR, OpenFile, Operations
-from zarrfs.namespace.tree import FileNode
+from zarrfs.namespace.nodes import FileNode
 from zarrfs.views.base import View
 
 ROOT = pyfuse3.ROOT_INODE

@@ -25,7 +25,8 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta, chunk_key_parser
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore
 from zarrfs.views.info import INFO_NAME, InfoView, Stored, info_text, summarise
 

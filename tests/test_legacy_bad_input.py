@@ -35,7 +35,8 @@ import trio
 from tests.mounting import mounted, read_range
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import ChunkError, NotFoundError
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 from zarrfs.stores.directory import DirectoryStore
 
 DTYPE = "<i4"

@@ -29,8 +29,9 @@ from zarrfs.core.arrays import ArrayState
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations
-from zarrfs.namespace import tree as tree_module
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace import recent
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 
 ROOT = pyfuse3.ROOT_INODE
 FEW = 8  # nodes loaded at once in these tests
@@ -45,7 +46,7 @@ def run(fn: Any, *args: Any) -> Any:
 
 @pytest.fixture
 def few(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tree_module, "MAX_LOADED_NODES", FEW)
+    monkeypatch.setattr(recent, "MAX_LOADED_NODES", FEW)
 
 
 @pytest.fixture(autouse=True)
@@ -160,7 +161,7 @@ def test_dropped_nodes_show_what_they_showed(
     once = build_operations(str(root), MountOptions(read_only=True))
     expected = shown(once.tree)
     first = run(walk, once, ROOT)
-    monkeypatch.setattr(tree_module, "MAX_LOADED_NODES", FEW)
+    monkeypatch.setattr(recent, "MAX_LOADED_NODES", FEW)
     ops = build_operations(str(root), MountOptions(read_only=True))
     assert shown(ops.tree) == expected
     replies.clear()

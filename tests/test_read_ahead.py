@@ -23,7 +23,8 @@ from zarrfs.daemon.mount import mount_device
 from zarrfs.formats.grid.layout import contiguous_chunk_nbytes, contiguous_runs
 from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.fuse.operations import OpenFile, Operations
-from zarrfs.namespace.tree import FileNode, Tree
+from zarrfs.namespace.nodes import FileNode
+from zarrfs.namespace.tree import Tree
 
 # -- pure layout ------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ def make_ops(root: Path, cache_bytes: int = 1 << 24) -> tuple[Operations, ChunkC
     cache.read_ahead = True
     writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
     tree = Tree(store, cache, writeback)
-    return Operations(tree, read_only=False), cache
+    return Operations(tree, cache.counters, writeback, read_only=False), cache
 
 
 def open_raw(ops: Operations) -> int:
@@ -358,7 +359,7 @@ def test_a_stream_gives_back_what_it_read_ahead(tmp_path: Path) -> None:
     cache = ChunkCache(store, 1 << 24)  # room for everything: only use-once frees
     cache.read_ahead = True
     tree = Tree(store, cache)
-    ops = Operations(tree, read_only=True)
+    ops = Operations(tree, cache.counters, read_only=True)
     fh = open_raw(ops)
 
     async def main() -> bytes:

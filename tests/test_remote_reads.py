@@ -15,7 +15,8 @@ import trio
 from tests.stores import zlib_array
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.fuse.operations import OpenFile, Operations
-from zarrfs.namespace.tree import FileNode, Tree
+from zarrfs.namespace.nodes import FileNode
+from zarrfs.namespace.tree import Tree
 from zarrfs.stores.directory import DirectoryStore
 
 ROWS, COLUMNS, CHUNK_ROWS = 512, 1024, 8  # 64 chunks of 32 KiB
@@ -49,7 +50,7 @@ class SlowRemoteStore(DirectoryStore):
 def read_all(root: Path, store: DirectoryStore) -> tuple[bytes, float]:
     cache = ChunkCache(store, 1 << 28)
     cache.read_ahead = True
-    ops = Operations(Tree(store, cache), read_only=True)
+    ops = Operations(Tree(store, cache), cache.counters, read_only=True)
     node = ops.tree.resolve("array.raw")
     assert isinstance(node, FileNode)
     fh = ops.files.add(OpenFile(node, 1))

@@ -21,7 +21,8 @@ import zarr
 from tests.store_contract import MakeStore, StoreContract
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, StoreError
-from zarrfs.namespace.tree import FileNode, Tree
+from zarrfs.namespace.nodes import FileNode
+from zarrfs.namespace.tree import Tree
 from zarrfs.stores.s3 import S3Store
 
 if TYPE_CHECKING:

@@ -28,7 +28,8 @@ from tests.mounting import Mounted, mounted, peak_rss
 from tests.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.formats.metadata import hierarchy
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 from zarrfs.views import sidecars as views_sidecars
 
 pytestmark = pytest.mark.mount

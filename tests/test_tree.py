@@ -14,7 +14,8 @@ import trio
 from tests.stores import CountingStore, v2_zarray
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import MetadataError, NotFoundError
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.nodes import DirNode, FileNode
+from zarrfs.namespace.tree import Tree
 
 
 def write_json(path: Path, doc: object) -> None:

@@ -42,8 +42,8 @@ from tests.test_handlers import fuse_errno, lookup_path, run
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.fuse.operations import Operations
-from zarrfs.namespace import tree as tree_module
-from zarrfs.namespace.tree import KeyDirNode, KeyFileNode
+from zarrfs.namespace import recent
+from zarrfs.namespace.nodes import KeyDirNode, KeyFileNode
 
 pytestmark = pytest.mark.mount
 
@@ -547,7 +547,7 @@ def test_chunk_keys_are_numbered_apart_from_listed_entries(
         array[...] = np.full((4, 4), i + 1, dtype="<i4")  # no fill value: stored
     zarr.consolidate_metadata(str(root))
     # Listed nodes are dropped and made again at once: their numbers are positions.
-    monkeypatch.setattr(tree_module, "MAX_LOADED_NODES", 2)
+    monkeypatch.setattr(recent, "MAX_LOADED_NODES", 2)
     ops = build_operations(str(root), MountOptions(read_only=True))
     assert ops.tree.consolidated is not None
     directory = lookup_path(ops, "a0/c").st_ino

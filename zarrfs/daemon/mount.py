@@ -104,12 +104,13 @@ def prepare_mount(location: str, options: MountOptions) -> PreparedMount:
 
 def _build(store: Store, options: MountOptions) -> Operations:
     cache = ChunkCache(store, options.cache_size)
+    counters = cache.counters  # the mount's one set, shown by .zarrfs/stats
     writeback = None
     if not options.read_only:
         writeback = WriteBack(store, cache, options.write_cache_size, options.flush_interval)
     tree = Tree(store, cache, writeback, consolidated=options.consolidated)
-    tree.show_control()  # .zarrfs/ at the mount root
-    return Operations(tree, read_only=options.read_only)
+    tree.show_control(counters)  # .zarrfs/ at the mount root
+    return Operations(tree, counters, writeback, read_only=options.read_only)
 
 
 def fuse_options(options: MountOptions) -> set[str]:

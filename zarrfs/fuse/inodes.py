@@ -5,7 +5,7 @@ without a table entry per node: when a directory's entries are first numbered,
 they get consecutive numbers (a block) in their sorted order, and an entry's
 number is its directory's first plus its position. So the number finds the node
 again (its directory, then the position) even where the tree has let go of the
-node itself and makes it again (namespace/tree.py), and a listed node costs the table 8
+node itself and makes it again (namespace/recent.py), and a listed node costs the table 8
 bytes: which directory numbers it, and the kernel's count of lookups of it. Those
 counts are tracked so ``forget`` is answered, but a forgotten node keeps its
 number.
@@ -20,13 +20,13 @@ anew if looked up again.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import pyfuse3
 
 from zarrfs.errors import NotFoundError
-from zarrfs.namespace.tree import DirNode, FileNode, Node, unlisted
+from zarrfs.namespace.nodes import DirNode, FileNode, Node, unlisted
 
 T = TypeVar("T")
 
@@ -161,9 +161,3 @@ class HandleTable(Generic[T]):
 
     def pop(self, fh: int) -> T | None:
         return self._items.pop(fh, None)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[T]:
-        return iter(self._items.values())

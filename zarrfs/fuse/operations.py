@@ -21,11 +21,14 @@ from typing import Any, TypeVar
 import pyfuse3
 import trio
 
+from zarrfs.core.counters import Counters
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse.inodes import HandleTable, InodeTable
-from zarrfs.namespace.tree import DirListing, DirNode, FileNode, Node, Tree, unlisted
-from zarrfs.views.base import DocumentView
+from zarrfs.namespace.listing import DirListing
+from zarrfs.namespace.nodes import DirNode, FileNode, Node, unlisted
+from zarrfs.namespace.tree import Tree
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ def _failed(ops: Operations, err: int) -> pyfuse3.FUSEError:
     """The reply to a handler that failed; failures (not refusals such as ENOENT)
     are counted for .zarrfs/stats."""
     if err not in _CALLER_ERRNOS:
-        ops.tree.cache.counters.errors += 1
+        ops.counters.errors += 1
     return pyfuse3.FUSEError(err)
 
 
@@ -110,10 +113,21 @@ class Operations(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, tree: Tree, *, read_only: bool = True) -> None:
+    def __init__(
+        self,
+        tree: Tree,
+        counters: Counters,
+        writeback: WriteBack | None = None,
+        *,
+        read_only: bool = True,
+    ) -> None:
+        """``counters`` and ``writeback`` are the mount's, as ``tree`` was given
+        them (``writeback`` None: a read-only mount)."""
         super().__init__()
         self.tree = tree
-        self.read_only = read_only or tree.writeback is None
+        self.counters = counters
+        self.writeback = writeback
+        self.read_only = read_only or writeback is None
         self.inodes = InodeTable(tree.root, lambda d: len(tree.entries(d)), tree.child)
         self.files: HandleTable[OpenFile] = HandleTable()
         # Inodes whose pages the kernel may hold: they served a read through the page
@@ -169,11 +183,7 @@ class Operations(pyfuse3.Operations):
     def _fresh_document(self, node: Node) -> bool:
         """A metadata document of a write mount: a flush may rewrite it at any time,
         so the kernel keeps neither its size nor its pages."""
-        return (
-            not self.read_only
-            and isinstance(node, FileNode)
-            and isinstance(node.view, DocumentView)
-        )
+        return not self.read_only and isinstance(node, FileNode) and node.view.document
 
     def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
@@ -327,31 +337,27 @@ class Operations(pyfuse3.Operations):
             # invalidate the pages it fills (the kernel makes that invalidation wait
             # for them), or they would keep the bytes from before the write.
             self.page_cached.add(handle.inode)
-        return await view.read(off, size)
+        data = await view.read(off, size)
+        if view.reads_counted:
+            self.counters.bytes_read += len(data)
+        return data
 
     @_boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self.files.get(fh)
         view = handle.node.view
-        writeback = self.tree.writeback
         # A full cache that cannot be stored refuses data (not .zarrfs/flush, which
         # adds none and must try the store at once).
-        if writeback is not None and getattr(view, "state", None) is not None:
-            await writeback.admit()
+        await view.admit()
         before = view.size
         written = await view.write(off, buf)
         handle.wrote = True
         await self._changed(handle.inode, handle.node, data=True)
         if view.size != before:
             await self._changed(handle.inode, handle.node, data=False)
-        if writeback is not None:
-            await writeback.relieve()
+        if self.writeback is not None:
+            await self.writeback.relieve()
         return written
-
-    async def _flush_handle(self, handle: OpenFile) -> None:
-        state = getattr(handle.node.view, "state", None)
-        if state is not None and self.tree.writeback is not None:
-            await self.tree.writeback.flush_array(state)
 
     @_boundary
     async def flush(self, fh: int) -> None:
@@ -360,22 +366,20 @@ class Operations(pyfuse3.Operations):
         if not handle.wrote:
             return
         try:
-            await self._flush_handle(handle)
+            await handle.node.view.sync()
         finally:
-            state = getattr(handle.node.view, "state", None)
-            if state is not None and state.tail:
+            pending = handle.node.view.unstored()
+            if pending is not None:
                 # close() fails with EINVAL, but a shell's `printf .. >> f` closes
                 # through dup2, which drops the error: the log must say it.
                 log.warning(
-                    "%s: %d bytes of an incomplete row are pending after close; "
-                    "complete the row, or they are dropped at unmount",
-                    state.meta.display_name,
-                    len(state.tail),
+                    "%s are pending after close; complete the row, or they are dropped at unmount",
+                    pending,
                 )
 
     @_boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self._flush_handle(self.files.get(fh))
+        await self.files.get(fh).node.view.sync()
 
     @_boundary
     async def release(self, fh: int) -> None:
@@ -445,8 +449,7 @@ class Operations(pyfuse3.Operations):
         if node is self.tree.control or unlisted(node):
             return {}  # .zarrfs/ is no Zarr group; chunk keys have no attributes
         if isinstance(node, FileNode):
-            state = getattr(node.view, "state", None)
-            return array_xattrs(state.meta) if state is not None else {}
+            return node.view.xattrs()
         if node.state is not None:
             return array_xattrs(node.state.meta)
         if isinstance(node.meta, ArrayMeta):

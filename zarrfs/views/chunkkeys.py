@@ -140,11 +140,11 @@ class ChunkKeyView(View):
                 return key, size, mtime
         return None
 
-    def same_value(self, other: ChunkKeyView) -> bool:
-        """Whether ``other`` found the version this view did (as far as can be told:
-        a shared release counter may tell apart two that are the same)."""
-        mine = (self.key, self._size, self.mtime, self._releases)
-        return mine == (other.key, other._size, other.mtime, other._releases)
+    @property
+    def version(self) -> tuple[str, int, float | None, int]:
+        """Which version of the value it found, as far as can be told (a shared
+        release counter may tell apart two that are the same)."""
+        return self.key, self._size, self.mtime, self._releases
 
     def _check(self) -> None:
         state = self.state
@@ -153,6 +153,11 @@ class ChunkKeyView(View):
         chunks = state.chunks
         if chunks.holder(self.unit) is not None or chunks.releases(self.unit) != self._releases:
             raise ReplacedError(f"{self.key}: stored anew while it was read; read it again")
+
+    async def sync(self) -> None:
+        state = self.state
+        if state is not None and self.writeback is not None:
+            await self.writeback.flush_array(state)
 
     async def read(self, offset: int, size: int) -> bytes:
         end = min(offset + size, self._size)

@@ -11,9 +11,9 @@ listed at the mount root (``ls -a`` shows it) and wins over a store node of its
 name; only mounts have it (namespace/tree.py's ``Tree.show_control``). docs/semantics.md
 says why.
 
-The counters are gathered when ``stats`` is read, from the one ``Counters`` object
-of the chunk cache (core/counters.py: bumped where the work is done, the FUSE
-layer's error count included) and from the state of the caches.
+The counters are gathered when ``stats`` is read, from the mount's one
+``Counters`` object (core/counters.py: bumped where the work is done, the FUSE
+layer's errors and bytes read included) and from the state of the caches.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from zarrfs.core.counters import Counters
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError, ReadOnlyError
@@ -34,9 +35,10 @@ STATS_NAME = "stats"
 FLUSH_NAME = "flush"
 
 
-def snapshot(cache: ChunkCache, writeback: WriteBack | None, store: Store) -> dict[str, Any]:
+def snapshot(
+    cache: ChunkCache, counters: Counters, writeback: WriteBack | None, store: Store
+) -> dict[str, Any]:
     """Every counter of the mount, now (trio thread: nothing here waits)."""
-    counters = cache.counters
     states = writeback.states() if writeback is not None else []
     return {
         "store": store.describe(),
@@ -137,9 +139,11 @@ async def flush_everything(writeback: WriteBack) -> None:
         )
 
 
-def control_views(cache: ChunkCache, writeback: WriteBack | None, store: Store) -> dict[str, View]:
+def control_views(
+    cache: ChunkCache, counters: Counters, writeback: WriteBack | None, store: Store
+) -> dict[str, View]:
     """The files of ``.zarrfs/`` by name."""
     return {
         FLUSH_NAME: FlushView(writeback),
-        STATS_NAME: StatsView(lambda: snapshot(cache, writeback, store)),
+        STATS_NAME: StatsView(lambda: snapshot(cache, counters, writeback, store)),
     }

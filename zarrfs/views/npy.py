@@ -13,8 +13,9 @@ from numpy.lib import format as npy_format
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError, PermissionDeniedError
-from zarrfs.views.base import View
+from zarrfs.views.base import ArrayView
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def parse_npy_header(data: bytes) -> tuple[int, np.dtype, tuple[int, ...], bool]
     return total, dtype, tuple(shape), fortran_order
 
 
-class NpyView(View):
+class NpyView(ArrayView):
     """``array.npy``: the header follows the array's shape; the data part is array.raw.
 
     The header of an existing file cannot be changed (EPERM), but after O_TRUNC the
@@ -105,9 +106,10 @@ class NpyView(View):
     """
 
     writable = True
+    reads_counted = True
 
-    def __init__(self, state: ArrayState) -> None:
-        self.state = state
+    def __init__(self, state: ArrayState, writeback: WriteBack | None = None) -> None:
+        super().__init__(state, writeback)
         self._header_for: tuple[int, ...] | None = None
         self._header = b""
         self._pending: bytearray | None = None  # a new header after O_TRUNC, so far
@@ -143,11 +145,6 @@ class NpyView(View):
         return len(self.header) + self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
-        data = await self._read(offset, size)
-        self.state.cache.counters.bytes_read += len(data)
-        return data
-
-    async def _read(self, offset: int, size: int) -> Buffer:
         pending = self.pending_header
         if pending is not None:
             return bytes(pending[offset : offset + size])

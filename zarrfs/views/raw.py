@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-from zarrfs.core.arrays import ArrayState
-from zarrfs.core.read.reading import Buffer, read_array_bytes
-from zarrfs.views.base import View
-
-__all__ = ["RawView", "read_array_bytes"]
+from zarrfs.core.read.reading import Buffer
+from zarrfs.views.base import ArrayView
 
 
-class RawView(View):
+class RawView(ArrayView):
     """``array.raw``: reads and writes go to the array's live state."""
 
     writable = True
-
-    def __init__(self, state: ArrayState) -> None:
-        self.state = state
+    reads_counted = True
 
     @property
     def size(self) -> int:
         return self.state.size
 
     async def read(self, offset: int, size: int) -> Buffer:
-        data = await self.state.read(offset, size)
-        self.state.cache.counters.bytes_read += len(data)
-        return data
+        return await self.state.read(offset, size)
 
     def prefetch(self, offset: int) -> None:
         self.state.prefetch(offset)

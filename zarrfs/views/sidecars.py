@@ -29,11 +29,12 @@ import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
+from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats import sidecars
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.sidecars import MAP_INFO_SECONDS, MapInfo
-from zarrfs.views.base import View
+from zarrfs.views.base import ArrayView, View
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +116,13 @@ async def _values(state: ArrayState, length: int) -> np.ndarray | None:
     return np.frombuffer(data, dtype=meta.dtype, count=length)
 
 
-class _HeaderView(View):
+class _HeaderView(ArrayView):
     """A header made from the live shape: exact size, made again on each read from 0."""
 
     volatile = True  # direct I/O, attributes invalidated on a resize
 
-    def __init__(self, state: ArrayState) -> None:
-        self.state = state
+    def __init__(self, state: ArrayState, writeback: WriteBack | None) -> None:
+        super().__init__(state, writeback)
         self._text = b""
         self._sized: tuple[tuple[int, ...], int] | None = None  # (shape, size)
 
@@ -152,8 +153,10 @@ class _HeaderView(View):
 class EnviHeaderView(_HeaderView):
     """``array.hdr``: samples, lines and bands of ``array.raw``, band sequential."""
 
-    def __init__(self, state: ArrayState, coordinates: Coordinates | None) -> None:
-        super().__init__(state)
+    def __init__(
+        self, state: ArrayState, writeback: WriteBack | None, coordinates: Coordinates | None
+    ) -> None:
+        super().__init__(state, writeback)
         self.coordinates = coordinates
 
     def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
@@ -201,14 +204,16 @@ class NrrdHeaderView(_HeaderView):
 
 
 def sidecar_views(
-    state: ArrayState, sibling: Callable[[str], ArrayState | None]
+    state: ArrayState,
+    coordinates: Callable[[], Coordinates | None],
+    writeback: WriteBack | None,
 ) -> dict[str, View]:
-    """The headers the array's dtype allows, by file name; ``sibling`` finds another
-    array of its group by name (where its coordinates may be)."""
+    """The headers the array's dtype allows, by file name; ``coordinates`` gives
+    those of its map info (``find_coordinates``), asked only for an ENVI header."""
     views: dict[str, View] = {}
     dtype = state.meta.dtype
     if sidecars.envi_data_type(dtype) is not None:
-        views[HDR_NAME] = EnviHeaderView(state, find_coordinates(state.meta, sibling))
+        views[HDR_NAME] = EnviHeaderView(state, writeback, coordinates())
     if sidecars.nrrd_type(dtype) is not None:
-        views[NHDR_NAME] = NrrdHeaderView(state)
+        views[NHDR_NAME] = NrrdHeaderView(state, writeback)
     return views

@@ -1,0 +1,131 @@
+"""What a directory lists: its metadata documents, an array's files, the control
+directory at a mount's root; sorted by name, each entry knowing its position.
+
+An array directory shows its documents, ``array.raw`` and ``array.npy`` over the
+array's live state, the sidecar headers its data type allows and ``info``; a
+group its documents and its child nodes (namespace/tree.py loads those). Which
+sibling arrays an ENVI header takes its map info from is settled when the array
+is first listed, from metadata alone, and kept with the node: a sibling resized
+since gives no map info, it is not replaced by another.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Sequence
+
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.write.writeback import WriteBack
+from zarrfs.formats.model import ArrayMeta, GroupMeta
+from zarrfs.namespace.nodes import DirNode, FileNode, Loaded, Loader, Node
+from zarrfs.stores.base import Store
+from zarrfs.views.base import DocumentView, View
+from zarrfs.views.control import CONTROL_NAME
+from zarrfs.views.info import INFO_NAME, InfoView
+from zarrfs.views.npy import NpyView
+from zarrfs.views.raw import RawView
+from zarrfs.views.sidecars import Coordinates, find_coordinates, sidecar_views
+
+log = logging.getLogger(__name__)
+
+RAW_NAME = "array.raw"
+NPY_NAME = "array.npy"
+
+_NO_COORDINATES = object()  # listed: its header has none
+
+
+class DirListing(Sequence[tuple[bytes, Node]]):
+    """A directory's (name as bytes, entry) pairs by position; made once per loaded
+    directory and shared by every handle."""
+
+    __slots__ = ("names", "nodes")
+
+    def __init__(self, names: tuple[bytes, ...], nodes: tuple[Node, ...]) -> None:
+        self.names = names
+        self.nodes = nodes
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: int) -> tuple[bytes, Node]:  # type: ignore[override]
+        return self.names[index], self.nodes[index]
+
+
+def set_entries(loaded: Loaded, entries: dict[str, Node]) -> None:
+    """Set the entries, sorted by name, each knowing its position."""
+    ordered = dict(sorted(entries.items()))
+    order = tuple(ordered.values())
+    for index, entry in enumerate(order):
+        entry.index = index
+    loaded.order = order
+    loaded.entries = ordered
+
+
+def document_entries(node: DirNode, loaded: Loaded) -> dict[str, Node]:
+    return {
+        name: FileNode(name, DocumentView(loaded.documents, name), node.mtime, node)
+        for name in loaded.documents
+    }
+
+
+def array_entries(
+    node: DirNode, loaded: Loaded, store: Store, writeback: WriteBack | None
+) -> dict[str, Node]:
+    entries = document_entries(node, loaded)
+    state = loaded.state
+    if state is not None:
+        views: dict[str, View] = {
+            RAW_NAME: RawView(state, writeback),
+            NPY_NAME: NpyView(state, writeback),
+        }
+        coordinates = functools.partial(_coordinates, node, state)
+        views.update(sidecar_views(state, coordinates, writeback))
+        for name, view in views.items():
+            entries[name] = FileNode(name, view, node.mtime, node)
+    assert isinstance(loaded.meta, ArrayMeta)
+    info = InfoView(loaded.meta, loaded.documents, state, store)
+    entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
+    return entries
+
+
+def _coordinates(node: DirNode, state: ArrayState) -> Coordinates | None:
+    """The coordinates of the array's header, as settled when it was first listed."""
+    if node.coordinates is None:
+        found = find_coordinates(state.meta, functools.partial(_sibling_array, node))
+        node.coordinates = _NO_COORDINATES if found is None else found
+    found = node.coordinates
+    return found if isinstance(found, Coordinates) else None
+
+
+def _sibling_array(node: DirNode, name: str) -> ArrayState | None:
+    """The array ``name`` beside ``node`` in its group (where xarray keeps
+    coordinates), from the group's children: the parent was listed to reach it."""
+    children = node.parent.children if node.parent is not None else None
+    sibling = children.get(name) if children is not None else None
+    return sibling.state if sibling is not None and sibling is not node else None
+
+
+# -- the control directory ------------------------------------------------------------
+
+
+def control_directory(loader: Loader, root: DirNode, files: dict[str, View]) -> DirNode:
+    """``.zarrfs/`` (views/control.py) in ``root``, holding ``files``."""
+    now = time.time()
+    control = DirNode(loader, root, CONTROL_NAME, now)
+    control.loaded = Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
+    control.children = {}
+    set_entries(
+        control.loaded,
+        {name: FileNode(name, view, now, control) for name, view in sorted(files.items())},
+    )
+    return control
+
+
+def add_control(entries: dict[str, Node], control: DirNode) -> None:
+    """The root's entries with the control directory, over a store node of its name."""
+    if CONTROL_NAME in entries:
+        # Scripts rely on the control directory being there on every mount.
+        log.warning("hiding the store's %s: zarrfs's control directory", CONTROL_NAME)
+    entries[CONTROL_NAME] = control

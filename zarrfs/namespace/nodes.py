@@ -1,0 +1,139 @@
+"""The nodes of the tree: directories, and the files in them.
+
+A ``FileNode`` is a name and the view that makes its content (views/). A
+``DirNode`` is a group or an array directory: it keeps what names it (a few
+slots, the names of a group's children) and, while loaded, what it is
+(``Loaded``: its parsed metadata, its documents as shown, an array's state, its
+entries once listed), which it asks its loader (the tree) for. Which directories
+keep that, and for how long, is namespace/recent.py's business. Chunk keys
+(``KeyDirNode``, ``KeyFileNode``) are found by lookup and never listed
+(namespace/keys.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from zarrfs.core.arrays import ArrayState
+from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
+from zarrfs.views.base import View
+
+
+@dataclass(eq=False, slots=True)
+class FileNode:
+    name: str
+    view: View
+    mtime: float
+    parent: DirNode | None = field(default=None, repr=False)
+    index: int = 0  # its position among the parent's entries (sorted by name)
+    # What the FUSE layer made of it (its attributes): kept as long as the node.
+    attributes: Any = field(default=None, repr=False)
+
+
+class Loaded:
+    """What a directory is, loaded from its documents."""
+
+    __slots__ = ("documents", "entries", "meta", "names", "order", "state", "used", "weight")
+
+    def __init__(self, meta: NodeMeta, documents: dict[str, bytes], state: ArrayState | None):
+        self.meta = meta
+        self.documents = documents  # shared with the array state, which may rewrite them
+        self.state = state  # arrays with flat views
+        self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
+        self.order: tuple[Node, ...] = ()  # the entries by position
+        self.names: tuple[bytes, ...] | None = None  # theirs as the kernel is told them
+        self.weight = sum(map(len, documents.values()))
+        self.used = False  # since the tree last looked whether to drop it
+
+
+class Loader(Protocol):
+    def loaded_node(self, node: DirNode) -> Loaded:
+        """What ``node`` is: kept, recently used, or loaded again."""
+        ...
+
+
+class DirNode:
+    """A group or array directory: what names it; the rest is loaded by its tree."""
+
+    __slots__ = (
+        "_loader",
+        "children",
+        "coordinates",
+        "first_inode",
+        "index",
+        "loaded",
+        "mtime",
+        "name",
+        "parent",
+    )
+
+    def __init__(self, loader: Loader, parent: DirNode | None, name: str, mtime: float) -> None:
+        self.name = name
+        self.parent = parent
+        self.index = 0  # its position among the parent's entries (sorted by name)
+        self.mtime = mtime
+        self.first_inode = 0  # the inode of its first entry (fuse/inodes.py); 0: none yet
+        self._loader = loader
+        # What it is, while loaded: for good, or while recent (namespace/recent.py).
+        self.loaded: Loaded | None = None
+        self.children: dict[str, DirNode] | None = None  # a group's, once listed
+        # An array's header coordinates, settled when first listed (namespace/listing.py).
+        self.coordinates: object = None
+
+    def __repr__(self) -> str:
+        return f"DirNode({self.path or '/'!r})"
+
+    @property
+    def path(self) -> str:
+        if self.parent is None:
+            return ""
+        return join_key(self.parent.path, self.name)
+
+    @property
+    def meta(self) -> NodeMeta:
+        return self._loader.loaded_node(self).meta
+
+    @property
+    def documents(self) -> dict[str, bytes]:
+        return self._loader.loaded_node(self).documents
+
+    @property
+    def state(self) -> ArrayState | None:
+        return self._loader.loaded_node(self).state
+
+    @property
+    def is_array(self) -> bool:
+        return isinstance(self.meta, ArrayMeta)
+
+
+class KeyDirNode(DirNode):
+    """A directory component of an array's chunk keys ("c", "c/0"): found by
+    lookup, never listed (views/chunkkeys.py). It lists nothing, and what it is
+    is kept with it: it is no node of the hierarchy to load again."""
+
+    __slots__ = ("__weakref__", "array", "prefix")
+
+    def __init__(
+        self, loader: Loader, parent: DirNode, name: str, array: DirNode, prefix: str
+    ) -> None:
+        super().__init__(loader, parent, name, array.mtime)
+        self.array = array
+        self.prefix = prefix  # its key below the array's
+        self.loaded = Loaded(GroupMeta(array.path, 0, ()), {}, None)
+        self.loaded.entries = {}
+        self.children = {}
+
+
+class KeyFileNode(FileNode):
+    """A chunk key of an array, its stored value: found by lookup, never listed."""
+
+    __slots__ = ("__weakref__",)
+
+
+Node = DirNode | FileNode
+
+
+def unlisted(node: Node) -> bool:
+    """Found by lookup alone: once the kernel forgets it, the mount may too."""
+    return isinstance(node, (KeyDirNode, KeyFileNode))
