@@ -35,6 +35,7 @@ from zarrfs.formats.grid.layout import (
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
+    from zarrfs.core.write.documents import Documents
     from zarrfs.core.write.writeback import WriteBack
 
 
@@ -50,7 +51,7 @@ class ArrayState(ArrayReads, StaleUnits):
     def __init__(
         self,
         meta: ArrayMeta,
-        documents: dict[str, bytes],
+        documents: Documents,
         cache: ChunkCache,
         writeback: WriteBack | None = None,
     ) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats.metadata import hierarchy
@@ -64,6 +65,10 @@ NPY_NAME = "array.npy"
 MAX_LOADED_NODES = 12_288
 MAX_LOADED_BYTES = 8 << 20  # of their documents as shown
 
+# Directories of no node (.zarrfs/, chunk-key directories) show no documents; with
+# none, nothing can replace one, so they share one.
+_NO_DOCUMENTS = Documents({})
+
 
 @dataclass(eq=False, slots=True)
 class FileNode:
@@ -81,9 +86,9 @@ class _Loaded:
 
     __slots__ = ("documents", "entries", "meta", "names", "order", "state", "used", "weight")
 
-    def __init__(self, meta: NodeMeta, documents: dict[str, bytes], state: ArrayState | None):
+    def __init__(self, meta: NodeMeta, documents: Documents, state: ArrayState | None):
         self.meta = meta
-        self.documents = documents  # shared with the array state, which may rewrite them
+        self.documents = documents  # shared with the array state; a resize's flush rewrites them
         self.state = state  # arrays with flat views
         self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
         self.order: tuple[Node, ...] = ()  # the entries by position
@@ -133,7 +138,7 @@ class DirNode:
         return self._tree.loaded_node(self).meta
 
     @property
-    def documents(self) -> dict[str, bytes]:
+    def documents(self) -> Documents:
         return self._tree.loaded_node(self).documents
 
     @property
@@ -158,7 +163,7 @@ class KeyDirNode(DirNode):
         super().__init__(tree, parent, name, array.mtime)
         self.array = array
         self.prefix = prefix  # its key below the array's
-        self._loaded = _Loaded(GroupMeta(array.path, 0, ()), {}, None)
+        self._loaded = _Loaded(GroupMeta(array.path, 0, ()), _NO_DOCUMENTS, None)
         self._loaded.entries = {}
         self._children = {}
 
@@ -245,8 +250,6 @@ class Tree:
                 store.describe(),
             )
         self.root = self._load_root()
-        if writeback is not None:
-            writeback.root_documents = self.root.documents
 
     # -- loading (blocking: worker threads) -------------------------------------------
 
@@ -313,10 +316,12 @@ class Tree:
         return node
 
     def _make_loaded(self, node: DirNode, meta: NodeMeta, docs: dict[str, bytes]) -> _Loaded:
+        # The root's documents hold the consolidated metadata that may name the node.
+        documents = Documents(docs, None if node.parent is None else self.root.documents)
         state = None
         if isinstance(meta, ArrayMeta) and meta.unsupported is None:
-            state = ArrayState(meta, docs, self.cache, self.writeback)
-        return _Loaded(meta, docs, state)
+            state = ArrayState(meta, documents, self.cache, self.writeback)
+        return _Loaded(meta, documents, state)
 
     def _reload(self, node: DirNode) -> _Loaded:
         """What a node listed from consolidated metadata is, again: its state where
@@ -458,7 +463,7 @@ class Tree:
         now = time.time()
         files = control_views(self.cache, self.writeback, self.store)
         control = DirNode(self, self.root, CONTROL_NAME, now)
-        control._loaded = _Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
+        control._loaded = _Loaded(GroupMeta(CONTROL_NAME, 0, ()), _NO_DOCUMENTS, None)
         control._children = {}
         _listed(
             control._loaded,

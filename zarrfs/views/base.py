@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 from zarrfs.errors import AccessDeniedError
 
@@ -54,9 +55,10 @@ class BytesView(View):
 
 
 class DocumentView(View):
-    """A metadata document, read live from a dict the array state may rewrite."""
+    """A metadata document, read live from its node's documents (a resize's flush
+    replaces them: core/write/documents.py)."""
 
-    def __init__(self, documents: dict[str, bytes], name: str) -> None:
+    def __init__(self, documents: Mapping[str, bytes], name: str) -> None:
         self.documents = documents
         self.name = name
 
