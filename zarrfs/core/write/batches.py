@@ -142,7 +142,7 @@ class Batches:
             return
         taken = state.meta  # as the members were taken, before any shrink
         self._hand_over(state, unit, members)
-        nursery.start_soon(self._store_unit, state, taken, unit, members, batch, errors)
+        nursery.start_soon(_collect, errors, self._flush_unit, state, taken, unit, members, batch)
 
     async def _take(self, state: ArrayState, unit: Index) -> dict[Index, Dirty]:
         """The unit's complete dirty chunks, once no earlier batch holds the unit."""
@@ -164,20 +164,6 @@ class Batches:
         self._ledger.holding(state)
         if state.meta.shards is not None:
             self._cache.begin_replace(state.meta, unit)
-
-    async def _store_unit(
-        self,
-        state: ArrayState,
-        meta: ArrayMeta,
-        unit: Index,
-        members: dict[Index, Dirty],
-        batch: Batch,
-        errors: list[ZarrfsError],
-    ) -> None:
-        try:
-            await self._flush_unit(state, meta, unit, members, batch)
-        except ZarrfsError as e:
-            errors.append(e)
 
     async def _flush_unit(
         self,
@@ -248,6 +234,15 @@ class Batches:
                 self._cache.put(meta.path, index, None if missing else chunk)
             else:
                 self._cache.forget(meta.path, index)
+
+
+async def _collect(errors: list[ZarrfsError], flush: Any, *args: Any) -> None:
+    """``flush(*args)``, its failure kept in ``errors``: one unit's failure does not
+    cut the others short; the batch raises the first after all have run."""
+    try:
+        await flush(*args)
+    except ZarrfsError as e:
+        errors.append(e)
 
 
 def _in_order(jobs: Iterable[Job], units: Iterable[Job], rewrite: Iterable[Job]) -> list[_Wanted]:
