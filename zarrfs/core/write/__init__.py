@@ -14,13 +14,14 @@ Per array (owned by its ``ArrayState``, core/arrays.py):
 
 Per mount (one ``writeback.WriteBack``, built with the mount and handed to every
 array state; none on a read-only mount). ``WriteBack`` is the facade the rest of
-zarrfs calls; it builds these parts and passes each what it uses, explicitly (no
-part holds the facade or another part's state):
+zarrfs calls; it builds these parts, in this order, and gives each the parts it
+uses in its constructor (none holds the facade, none touches another's private
+state):
 
 * ``ledger.Ledger``: what is not yet stored, across arrays: dirty chunks oldest
   first and their bytes against the write-cache budget, arrays with a resize to
-  store, arrays with units a batch holds. It holds an array state only while the
-  state has something unstored.
+  store, arrays with units a batch holds. It keeps an array state only for what
+  is unstored (for held units, until it next lists the arrays).
 * ``ratelimit.Backoff``: the last failure to store and when to try again, with the
   one rate-limited log (``RateLimitedLog``) of store failures.
 * ``storing.Storing``: the way to the store: the encode workers, the I/O thread
