@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import FileTooLargeError, InvalidArgumentError
 from zarrfs.formats.metadata.v2 import parse_array
@@ -42,7 +43,7 @@ def make_array(
     writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
     zarray = (root / ".zarray").read_bytes()
     meta = parse_array("", zarray, None)
-    state = ArrayState(meta, {".zarray": zarray}, cache, writeback)
+    state = ArrayState(meta, Documents({".zarray": zarray}), cache, writeback)
     return state, writeback, store, np.ascontiguousarray(data)
 
 

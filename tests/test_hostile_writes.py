@@ -19,6 +19,7 @@ import zarr
 from tests.mounting import memory_cap
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError
 from zarrfs.formats.metadata.v2 import parse_array
@@ -32,7 +33,9 @@ def open_array(root: Path, budget: int = 1 << 30) -> tuple[ArrayState, WriteBack
     cache = ChunkCache(store, 1 << 20)
     writeback = WriteBack(store, cache, budget=budget, interval=60)
     zarray = (root / ".zarray").read_bytes()
-    state = ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache, writeback)
+    state = ArrayState(
+        parse_array("", zarray, None), Documents({".zarray": zarray}), cache, writeback
+    )
     return state, writeback
 
 

@@ -18,6 +18,7 @@ from tests.stores import CountingStore, zlib_array
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.mount import mount_device
 from zarrfs.formats.grid.layout import contiguous_chunk_nbytes, contiguous_runs
@@ -222,7 +223,9 @@ def test_a_load_overtaken_by_a_write_is_not_cached(tmp_path: Path) -> None:
     cache.read_ahead = True
     writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
     zarray = (tmp_path / ".zarray").read_bytes()
-    state = ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache, writeback)
+    state = ArrayState(
+        parse_array("", zarray, None), Documents({".zarray": zarray}), cache, writeback
+    )
     gate = threading.Event()
     load = cache.loader.load
 

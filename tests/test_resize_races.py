@@ -18,6 +18,7 @@ import zarr
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats.metadata.v2 import parse_array
@@ -98,11 +99,11 @@ def open_state(
     if sharded_array:
         document = (root / "zarr.json").read_bytes()
         meta = parse_node("", document)
-        documents = {"zarr.json": document}
+        documents = Documents({"zarr.json": document})
     else:
         document = (root / ".zarray").read_bytes()
         meta = parse_array("", document, None)
-        documents = {".zarray": document}
+        documents = Documents({".zarray": document})
     assert isinstance(meta, ArrayMeta)
     return ArrayState(meta, documents, cache, wb), store, wb
 
@@ -148,7 +149,7 @@ def test_a_shard_held_by_a_batch_when_the_array_shrinks_past_it(tmp_path: Path) 
         await state.write(32 * ROW, new.tobytes())
         async with trio.open_nursery() as nursery:
             await in_background(
-                nursery, lambda: wb._gather([(state, i) for i in state.dirty]), errors
+                nursery, lambda: wb.batches.gather([(state, i) for i in state.dirty]), errors
             )
             await until(store)
             state.truncate(0)
@@ -182,7 +183,7 @@ def test_a_shard_stored_after_a_truncate_began_is_not_left_holding_old_rows(
         await state.write(32 * ROW, np.full((32, SHAPE[1]), 7, "<i4").tobytes())
         async with trio.open_nursery() as nursery:
             await in_background(
-                nursery, lambda: wb._gather([(state, i) for i in state.dirty]), errors
+                nursery, lambda: wb.batches.gather([(state, i) for i in state.dirty]), errors
             )
             await until(store)
             state.truncate(0)
@@ -212,7 +213,7 @@ def test_a_shard_written_while_a_resize_flush_waits_is_not_deleted(tmp_path: Pat
     async def main() -> None:
         await state.write(0, data[:8].tobytes())  # shard (0, 0) and (0, 1) dirty
         async with trio.open_nursery() as nursery:
-            await in_background(nursery, lambda: wb._gather([(state, (0, 0))]), errors)
+            await in_background(nursery, lambda: wb.batches.gather([(state, (0, 0))]), errors)
             await until(store)
             state.truncate(16 * ROW)  # shard row 1 and half of shard row 0 go
             state.truncate(SHAPE[0] * ROW)
@@ -221,7 +222,7 @@ def test_a_shard_written_while_a_resize_flush_waits_is_not_deleted(tmp_path: Pat
             await state.write(40 * ROW, rows.tobytes())  # inside shard row 1
             await in_background(
                 nursery,
-                lambda: wb._gather([(state, i) for i in state.dirty if i[0] == 5]),
+                lambda: wb.batches.gather([(state, i) for i in state.dirty if i[0] == 5]),
                 errors,
             )
             await trio.sleep(0.2)
@@ -340,8 +341,8 @@ def test_a_bug_in_a_background_store_costs_that_batch_not_the_writer(tmp_path: P
     stores them."""
     sharded(tmp_path)
     state, _, wb = open_state(tmp_path, sharded_array=True)
-    wb.interval = 0.05
-    real_gather = wb._gather
+    wb.periodic.interval = 0.05
+    real_gather = wb.batches.gather
     failures = 0
 
     async def buggy_gather(*args: Any, **kwargs: Any) -> None:
@@ -351,7 +352,7 @@ def test_a_bug_in_a_background_store_costs_that_batch_not_the_writer(tmp_path: P
             raise IndexError("a bug")
         await real_gather(*args, **kwargs)
 
-    wb._gather = buggy_gather  # type: ignore[method-assign]
+    wb.batches.gather = buggy_gather  # type: ignore[method-assign]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -381,7 +382,7 @@ def test_a_rewrite_of_a_shard_a_shrink_left_beyond_the_end_stores_nothing(
     async def main() -> None:
         state.truncate(40 * ROW)  # shard row 1 keeps one live inner chunk row
         state.truncate(8 * ROW)  # ... until this, before the rewrite is taken
-        await wb._gather([], rewrite=[(state, (1, 0)), (state, (1, 1))])
+        await wb.batches.gather([], rewrite=[(state, (1, 0)), (state, (1, 1))])
         assert "c/1/0" not in store.staged_keys
         await wb.flush_array(state)
 
@@ -412,7 +413,7 @@ def test_a_second_shrink_to_the_same_size_during_a_resize_flush_keeps_its_marks(
             await trio.to_thread.run_sync(store.scanning.wait, 10)  # listing, held
             await state.write(16 * ROW, np.full((32, SHAPE[1]), 9, "<i4").tobytes())
             await in_background(
-                nursery, lambda: wb._gather([(state, i) for i in state.dirty]), errors
+                nursery, lambda: wb.batches.gather([(state, i) for i in state.dirty]), errors
             )
             await until(store)  # the batch holds shard (1, 0)
             state.truncate(16 * ROW)  # the same size again: the rows go
@@ -438,18 +439,18 @@ def test_a_shrink_between_taking_a_shard_and_storing_it(tmp_path: Path) -> None:
     taken (the resize's flush deletes it), never staged against the new grid."""
     data = sharded(tmp_path)
     state, _, wb = open_state(tmp_path, sharded_array=True)
-    real_hand_over = wb._hand_over
+    real_hand_over = wb.batches._hand_over
 
     def hand_over_then_shrink(state: ArrayState, unit: Any, members: Any) -> None:
         real_hand_over(state, unit, members)
         if unit == (1, 0):
             state.truncate(8 * ROW)
 
-    wb._hand_over = hand_over_then_shrink  # type: ignore[method-assign]
+    wb.batches._hand_over = hand_over_then_shrink  # type: ignore[method-assign]
 
     async def main() -> None:
         await state.write(32 * ROW, np.full((32, SHAPE[1]), 4, "<i4").tobytes())
-        await wb._gather([(state, i) for i in state.dirty])
+        await wb.batches.gather([(state, i) for i in state.dirty])
         await wb.flush_array(state)
 
     trio.run(main)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.staging import stage_unit
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import ChunkError
@@ -50,7 +51,7 @@ def open_state(
     document = (root / "zarr.json").read_bytes()
     meta = parse_node("", document)
     assert isinstance(meta, ArrayMeta) and meta.shards is not None and meta.unsupported is None
-    return ArrayState(meta, {"zarr.json": document}, cache, wb), store, wb
+    return ArrayState(meta, Documents({"zarr.json": document}), cache, wb), store, wb
 
 
 def oracle(root: Path) -> np.ndarray:
@@ -201,10 +202,10 @@ def test_two_batches_holding_inner_chunks_of_one_shard_both_land(tmp_path: Path)
     async def main() -> None:
         await state.write(element_offset(0, 0), np.int32(111).tobytes())
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(wb._gather, [(state, (0, 0))])
+            nursery.start_soon(wb.batches.gather, [(state, (0, 0))])
             await trio.sleep(0.05)
             await state.write(element_offset(9, 0), np.int32(222).tobytes())
-            nursery.start_soon(wb._gather, [(state, (1, 0))])
+            nursery.start_soon(wb.batches.gather, [(state, (1, 0))])
         await wb.sync()
 
     trio.run(main)
@@ -223,7 +224,7 @@ def test_reads_during_a_shard_rewrite_see_old_or_new_never_garbage(tmp_path: Pat
             async def writer() -> None:
                 for value in range(20):
                     await state.write(element_offset(0, 0), np.int32(value).tobytes())
-                    await wb._gather([(state, (0, 0))])
+                    await wb.batches.gather([(state, (0, 0))])
                     await trio.sleep(0)
 
             async def reader() -> None:

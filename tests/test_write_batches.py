@@ -15,6 +15,7 @@ import zarr
 from tests.stores import zlib_array
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import StoreError
 from zarrfs.formats.metadata.v2 import parse_array
@@ -47,7 +48,9 @@ def make(root: Path) -> tuple[ArrayState, WriteBack, FlakyStore, np.ndarray]:
     cache = ChunkCache(store, 1 << 20)
     writeback = WriteBack(store, cache, budget=1 << 30, interval=3600)
     zarray = (root / ".zarray").read_bytes()
-    state = ArrayState(parse_array("", zarray, None), {".zarray": zarray}, cache, writeback)
+    state = ArrayState(
+        parse_array("", zarray, None), Documents({".zarray": zarray}), cache, writeback
+    )
     return state, writeback, store, data
 
 

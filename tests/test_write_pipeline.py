@@ -19,7 +19,7 @@ from tests.test_write_batches import (
     stream_behind,
     wait_for,
 )
-from zarrfs.core.write import writeback as writeback_module
+from zarrfs.core.write import behind as behind_module
 from zarrfs.errors import StoreError
 
 
@@ -46,7 +46,7 @@ class GatedStore(FlakyStore):
 def gated(tmp_path: Path) -> tuple[Any, Any, GatedStore, np.ndarray]:
     state, writeback, flaky, data = make(tmp_path)
     store = GatedStore(flaky.root)
-    writeback.store = store
+    writeback.storing.store = store
     state.cache.loader.store = store
     return state, writeback, store, data
 
@@ -66,16 +66,16 @@ def test_the_next_batch_stages_while_one_commits_and_commits_after_it(
         await state.write(0, new[:8].tobytes())  # chunks 0 and 1
         store.gate.clear()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(writeback._gather, [(state, (0, 0)), (state, (1, 0))])
+            nursery.start_soon(writeback.batches.gather, [(state, (0, 0)), (state, (1, 0))])
             await wait_thread_event(store.committing)
             # The first batch is committing; chunks 2 and 3 stage meanwhile.
             await state.write(8 * data.shape[1] * 4, new[8:16].tobytes())
             second = [(state, (2, 0)), (state, (3, 0))]
-            nursery.start_soon(writeback._gather, second)
+            nursery.start_soon(writeback.batches.gather, second)
             await wait_for(lambda: len(store.staged_keys) == 4, "no staging during a commit")
             # Chunk 0 again: it must wait until the first batch has stored the older one.
             await state.write(0, newest[:4].tobytes())
-            nursery.start_soon(writeback._gather, [(state, (0, 0))])
+            nursery.start_soon(writeback.batches.gather, [(state, (0, 0))])
             await trio.sleep(0.2)
             assert sorted(store.staged_keys) == ["0.0", "1.0", "2.0", "3.0"]
             assert store.commits == []
@@ -104,7 +104,7 @@ def test_fsync_waits_for_a_chunk_an_earlier_batch_holds_and_fails(tmp_path: Path
 
         async def behind() -> None:
             try:
-                await writeback._gather([(state, (0, 0))])
+                await writeback.batches.gather([(state, (0, 0))])
             except StoreError as e:
                 failures.append(e)
 
@@ -163,10 +163,10 @@ def test_a_streaming_writer_waits_when_too_far_ahead_of_the_encoders(
 ) -> None:
     state, writeback, store, data = gated(tmp_path)
     if bound == "limit":
-        monkeypatch.setattr(writeback_module, "BEHIND_LIMIT", CHUNK)
+        monkeypatch.setattr(behind_module, "BEHIND_LIMIT", CHUNK)
     else:
-        writeback.budget = CHUNK  # a small write cache bounds it too
-    writeback.pool.threads = 1  # the limit is then max(one chunk, two chunks)
+        writeback.ledger.budget = CHUNK  # a small write cache bounds it too
+    writeback.storing.pool.threads = 1  # the limit is then max(one chunk, two chunks)
     raw = (data + 1).tobytes()
 
     async def main() -> None:
@@ -215,9 +215,9 @@ def test_batches_sharing_chunks_in_opposite_orders_do_not_wait_for_each_other(
         await state.write(0, whole)
         await state.write(CHUNK, part)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(writeback._gather, [(state, (0, 0)), (state, (1, 0))])
+            nursery.start_soon(writeback.batches.gather, [(state, (0, 0)), (state, (1, 0))])
             await trio.sleep(0.1)
-            nursery.start_soon(writeback._gather, [(state, (1, 0)), (state, (0, 0))])
+            nursery.start_soon(writeback.batches.gather, [(state, (1, 0)), (state, (0, 0))])
         assert not state.dirty
 
     # Batches are shielded from cancellation, so a deadlock is caught from outside.

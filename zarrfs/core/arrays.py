@@ -35,6 +35,7 @@ from zarrfs.formats.grid.stripes import StripeLayout
 from zarrfs.formats.model import ArrayMeta
 
 if TYPE_CHECKING:
+    from zarrfs.core.write.documents import Documents
     from zarrfs.core.write.writeback import WriteBack
 
 
@@ -75,7 +76,7 @@ class ArrayState:
     def __init__(
         self,
         meta: ArrayMeta,
-        documents: dict[str, bytes],
+        documents: Documents,
         cache: ChunkCache,
         writeback: WriteBack | None = None,
     ) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.formats.model import ArrayMeta, GroupMeta
-from zarrfs.namespace.nodes import DirNode, FileNode, Loaded, Loader, Node
+from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
 from zarrfs.views.control import CONTROL_NAME
@@ -114,7 +114,7 @@ def control_directory(loader: Loader, root: DirNode, files: dict[str, View]) -> 
     """``.zarrfs/`` (views/control.py) in ``root``, holding ``files``."""
     now = time.time()
     control = DirNode(loader, root, CONTROL_NAME, now)
-    control.loaded = Loaded(GroupMeta(CONTROL_NAME, 0, ()), {}, None)
+    control.loaded = Loaded(GroupMeta(CONTROL_NAME, 0, ()), NO_DOCUMENTS, None)
     control.children = {}
     set_entries(
         control.loaded,

@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zarrfs.core.arrays import ArrayState
+from zarrfs.core.write.documents import Documents
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
 from zarrfs.views.base import View
+
+# Directories of no node (.zarrfs/, chunk-key directories) show no documents; with
+# none, nothing can replace one, so they share one.
+NO_DOCUMENTS = Documents({})
 
 
 @dataclass(eq=False, slots=True)
@@ -36,9 +41,9 @@ class Loaded:
 
     __slots__ = ("documents", "entries", "meta", "names", "order", "state", "used", "weight")
 
-    def __init__(self, meta: NodeMeta, documents: dict[str, bytes], state: ArrayState | None):
+    def __init__(self, meta: NodeMeta, documents: Documents, state: ArrayState | None):
         self.meta = meta
-        self.documents = documents  # shared with the array state, which may rewrite them
+        self.documents = documents  # shared with the array state; a resize's flush rewrites them
         self.state = state  # arrays with flat views
         self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
         self.order: tuple[Node, ...] = ()  # the entries by position
@@ -95,7 +100,7 @@ class DirNode:
         return self._loader.loaded_node(self).meta
 
     @property
-    def documents(self) -> dict[str, bytes]:
+    def documents(self) -> Documents:
         return self._loader.loaded_node(self).documents
 
     @property
@@ -120,7 +125,7 @@ class KeyDirNode(DirNode):
         super().__init__(loader, parent, name, array.mtime)
         self.array = array
         self.prefix = prefix  # its key below the array's
-        self.loaded = Loaded(GroupMeta(array.path, 0, ()), {}, None)
+        self.loaded = Loaded(GroupMeta(array.path, 0, ()), NO_DOCUMENTS, None)
         self.loaded.entries = {}
         self.children = {}
 

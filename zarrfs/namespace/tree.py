@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.counters import Counters
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats.metadata import hierarchy
@@ -88,8 +89,6 @@ class Tree:
                 store.describe(),
             )
         self.root = self._load_root()
-        if writeback is not None:
-            writeback.root_documents = self.root.documents
 
     # -- loading (blocking: worker threads) -------------------------------------------
 
@@ -148,18 +147,20 @@ class Tree:
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         node = DirNode(self, parent, name, self._mtime(path, docs))
-        loaded = self._make_loaded(meta, docs)
+        loaded = self._make_loaded(path, meta, docs)
         if self.consolidated is None or not path:
             node.loaded = loaded  # for good
         else:
             self._recent.remember(node, loaded)
         return node
 
-    def _make_loaded(self, meta: NodeMeta, docs: dict[str, bytes]) -> Loaded:
+    def _make_loaded(self, path: str, meta: NodeMeta, docs: dict[str, bytes]) -> Loaded:
+        # The root's documents hold the consolidated metadata that may name the node.
+        documents = Documents(docs, self.root.documents if path else None)
         state = None
         if isinstance(meta, ArrayMeta) and meta.unsupported is None:
-            state = ArrayState(meta, docs, self.cache, self.writeback)
-        return Loaded(meta, docs, state)
+            state = ArrayState(meta, documents, self.cache, self.writeback)
+        return Loaded(meta, documents, state)
 
     def _reload(self, node: DirNode) -> Loaded:
         """What a node listed from consolidated metadata is, parsed again from the
@@ -169,7 +170,7 @@ class Tree:
         found = hierarchy.node_in(self.consolidated, path, docs)
         if found is None:  # it was a node: the document has not changed
             raise MetadataError(f"{path}: no longer a node")
-        return self._make_loaded(found.meta, dict(found.documents))
+        return self._make_loaded(path, found.meta, dict(found.documents))
 
     def loaded_node(self, node: DirNode) -> Loaded:
         """What ``node`` is: kept, recently used, or loaded again (its state where

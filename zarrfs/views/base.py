@@ -13,6 +13,7 @@ array's live state and the mount's write-back from the tree that makes them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
@@ -100,11 +101,12 @@ class ArrayView(View):
 
 
 class DocumentView(View):
-    """A metadata document, read live from a dict the array state may rewrite."""
+    """A metadata document, read live from its node's documents (a resize's flush
+    replaces them: core/write/documents.py)."""
 
     document = True
 
-    def __init__(self, documents: dict[str, bytes], name: str) -> None:
+    def __init__(self, documents: Mapping[str, bytes], name: str) -> None:
         self.documents = documents
         self.name = name
 

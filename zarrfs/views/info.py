@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,10 +152,14 @@ class InfoView(View):
     volatile = True
 
     def __init__(
-        self, meta: ArrayMeta, documents: dict[str, bytes], state: ArrayState | None, store: Store
+        self,
+        meta: ArrayMeta,
+        documents: Mapping[str, bytes],
+        state: ArrayState | None,
+        store: Store,
     ) -> None:
         self._meta = meta
-        self._documents = documents  # the node's, kept current by the array state
+        self._documents = documents  # the node's, kept current by a resize's flush
         self._array = state
         self._store = store
         self._text = b""

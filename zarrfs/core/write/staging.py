@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import trio
 
 from zarrfs.core.counters import Staged
-from zarrfs.errors import ChunkError, InvalidValueError, ZarrfsError
+from zarrfs.errors import ChunkError, InvalidValueError
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.grid.shards import (
     ShardIndex,
@@ -29,25 +28,6 @@ from zarrfs.formats.grid.shards import (
 )
 from zarrfs.formats.model import ArrayMeta, ShardLayout, join_key
 from zarrfs.stores.base import RANGE_LIMIT, Store
-
-
-class Batch:
-    """Chunks flushed together: staged one by one, committed at once."""
-
-    def __init__(self, expected: int, *, keep: bool = True) -> None:
-        self.waiting = expected  # chunks neither staged nor given up yet
-        self.keep = keep  # stored chunks stay in the decoded-chunk cache
-        self.staged: list[Any] = []
-        self.ready = trio.Event()
-        self.committed = trio.Event()
-        self.error: ZarrfsError | None = None
-        if not expected:
-            self.ready.set()
-
-    def arrive(self) -> None:
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.ready.set()
 
 
 def is_fill(chunk: np.ndarray, meta: ArrayMeta) -> bool:

@@ -6,6 +6,7 @@ each in its format's own spelling and style."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from zarrfs.errors import MetadataError
 from zarrfs.formats.metadata.consolidated import replace_entry
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def resized_documents(
-    meta: ArrayMeta, documents: dict[str, bytes], root_documents: dict[str, bytes] | None
+    meta: ArrayMeta, documents: Mapping[str, bytes], root_documents: Mapping[str, bytes] | None
 ) -> tuple[str, bytes, tuple[str, bytes] | None]:
     """(the array's document name, its new content, and (root key, new content)
     of the consolidated metadata, or None when the store has none naming it)."""
@@ -27,7 +28,7 @@ def resized_documents(
 
 
 def _consolidated(
-    meta: ArrayMeta, name: str, document: bytes, docs: dict[str, bytes] | None
+    meta: ArrayMeta, name: str, document: bytes, docs: Mapping[str, bytes] | None
 ) -> tuple[str, bytes] | None:
     if docs is None:
         return None

@@ -1,0 +1,80 @@
+"""Write-back's way to the store: the worker pools, commits and directory syncs.
+
+Units are encoded and staged (core/write/staging.py) by the encode workers;
+commits, directory syncs, deletions, metadata rewrites and the listing that finds
+stale units mostly wait for the disk, so they run in a thread of their own (the I/O
+pool), where such a wait does not hold an encoder's core idle. One I/O thread also
+keeps a resize's deletions ordered before later commits. Batches commit one at a
+time. The keys replaced but not yet durable are kept until ``sync``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import trio
+
+from zarrfs.core.counters import Staged
+from zarrfs.core.pool import WorkerPool
+from zarrfs.core.write.staging import delete_chunk, stage_unit, store_metadata, stored_units
+from zarrfs.formats.grid.layout import Index
+from zarrfs.formats.grid.shards import ShardIndex
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import Store
+
+
+class Storing:
+    def __init__(self, store: Store, threads: int) -> None:
+        self.store = store
+        self.pool = WorkerPool(threads, "zarrfs-encode")
+        self.io_pool = WorkerPool(1, "zarrfs-commit")
+        # Batches run concurrently; their commits one at a time.
+        self._commit_lock = trio.Lock()
+        self._unsynced: set[str] = set()  # keys replaced but not yet made durable
+
+    async def stage(
+        self, meta: ArrayMeta, unit: Index, chunks: dict[Index, np.ndarray], dropped: set[int]
+    ) -> tuple[Any, ShardIndex | None, Staged]:
+        """``stage_unit`` in an encode worker."""
+        return await self.pool.run(stage_unit, self.store, meta, unit, chunks, dropped)
+
+    async def commit(self, staged: list[Any]) -> None:
+        """Make a batch's staged values durable and rename them into place, one
+        batch at a time (one with nothing staged waits for its turn all the same)."""
+        async with self._commit_lock:
+            if staged:
+                await self.io_pool.run(self.store.commit, staged)
+
+    def replaced(self, key: str) -> None:
+        """``key`` may have been replaced: ``sync`` makes its directory durable."""
+        self._unsynced.add(key)
+
+    async def sync(self) -> None:
+        """Make every key replaced so far durable: one fsync per directory."""
+        keys, self._unsynced = sorted(self._unsynced), set()
+        if keys:
+            try:
+                with trio.CancelScope(shield=True):
+                    await self.io_pool.run(self.store.sync, keys)
+            except BaseException:
+                self._unsynced.update(keys)
+                raise
+
+    async def delete_chunk(self, meta: ArrayMeta, index: Index) -> None:
+        await self.io_pool.run(delete_chunk, self.store, meta, index)
+
+    async def stored_units(self, meta: ArrayMeta) -> list[Index]:
+        return await self.io_pool.run(stored_units, self.store, meta)
+
+    async def store_metadata(
+        self,
+        key: str,
+        document: bytes,
+        consolidated: tuple[str, bytes] | None,
+        stale_keys: list[str],
+    ) -> Staged:
+        """A resize's documents, then the deletion of the keys it left stale."""
+        return await self.io_pool.run(
+            store_metadata, self.store, key, document, consolidated, stale_keys
+        )
