@@ -43,7 +43,7 @@ class WriteBackLink:
     """Write-back as one array's parts report to it: it knows the array as its
     ``ArrayState``, held weakly, so that a state no longer used is freed at once,
     not by the cycle collector (the tree lets go of the states of arrays listed
-    long ago: namespace/tree.py)."""
+    long ago: namespace/recent.py)."""
 
     __slots__ = ("_owner", "_writeback")
 

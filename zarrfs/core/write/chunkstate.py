@@ -14,7 +14,7 @@ overtakes a newer one. Everything here runs on the trio thread, and each method
 is atomic (no awaits).
 
 The writers (core/write/chunkwrites.py, core/write/writing.py) change chunks through
-``make_dirty`` and ``drop``; write-back (core/write/writeback.py) through
+``make_dirty`` and ``drop``; write-back (core/write/batches.py) through
 ``freeze``, ``thaw`` and ``release``. Everyone reads ``dirty`` and ``frozen``,
 read-only mappings. Write-back's budget hears of every chunk made dirty or dropped
 through the ``Ledger`` it is given.

@@ -8,7 +8,7 @@ such chunks back inside the array before that flush: they are stale too.
 ``StaleUnits`` holds the marks (the smallest and largest ``shape[0]`` since the last
 flush, the stale chunks written again since, the count of shrinks); the writers
 (core/write/writing.py, core/write/chunkwrites.py) set them, and write-back
-(core/write/writeback.py) asks, at a metadata flush, which stored units to delete
+(core/write/resizes.py) asks, at a metadata flush, which stored units to delete
 or rewrite, then settles them with ``mark_stored``.
 """
 
