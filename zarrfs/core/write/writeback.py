@@ -16,9 +16,9 @@ left beyond the end (``Resizes``).
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
+from zarrfs.core.pool import default_threads
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.admission import Admission
 from zarrfs.core.write.batches import Batches
@@ -52,7 +52,7 @@ class WriteBack:
         self.cache = cache
         self.ledger = Ledger(budget)
         self.backoff = Backoff(RateLimitedLog(log))
-        self.storing = Storing(store, threads or max(2, os.cpu_count() or 2))
+        self.storing = Storing(store, threads or default_threads())
         self.batches = Batches(self.storing, cache, counters, self.ledger, self.backoff)
         self.resizes = Resizes(self.storing, self.batches, cache, counters, self.ledger)
         self.write_behind = WriteBehind(
