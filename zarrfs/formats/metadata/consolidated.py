@@ -159,6 +159,14 @@ class Consolidated:
             return documents
         return {n: self._parsed_as.get(n, d) for n, d in documents.items()}
 
+    def keys(self) -> Iterator[str]:
+        """The store keys of every document the file holds."""
+        yield from self._stored
+        yield from self._spans
+
+    def key_count(self) -> int:
+        return len(self._stored) + len(self._spans)
+
     def document(self, key: str) -> bytes | None:
         """The document at store key ``key`` as shown; None when the file has none."""
         stored = self._stored.get(key)
@@ -202,11 +210,10 @@ class _Documents(Mapping[str, bytes]):
         return document
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._listing._stored
-        yield from self._listing._spans
+        return self._listing.keys()
 
     def __len__(self) -> int:
-        return len(self._listing._stored) + len(self._listing._spans)
+        return self._listing.key_count()
 
 
 def dump_document(
