@@ -1,18 +1,17 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_STORE = REPO / "data" / "example.zarr"
-CORPUS = Path(os.environ.get("ZARRFS_CORPUS", REPO.parent / "shared" / "corpus"))
+CORPUS = REPO / "tests" / "corpus"
 
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    """The shared conformance corpus; its absence is a failure, not a skip."""
+    """The conformance corpus (tests/corpus/README.md); its absence is a failure, not a skip."""
     assert (CORPUS / "expected.json").is_file(), f"corpus not found at {CORPUS}"
     return CORPUS
 

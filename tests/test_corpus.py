@@ -1,4 +1,4 @@
-"""The shared conformance corpus reads back byte-identical, through handlers and a real mount.
+"""The conformance corpus reads back byte-identical, through handlers and a real mount.
 
 expected.json holds, per array, the SHA-256 of the whole array in C order in its
 metadata dtype: exactly what array.raw (and the data part of array.npy) must be.
