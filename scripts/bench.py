@@ -58,7 +58,7 @@ side by side with its reference in the same run, on the same store:
   ratio the two best rounds' CPU allows at equal use of the cores. Then from moto, the
   store uploaded to it: the same comparison once, for reference (moto, Python answering
   one request at a time in its dispatcher, serves some 100-200 MiB/s and bounds both
-  sides); the same dd with 20 ms added to every request by tests/fault_proxy.py vs
+  sides); the same dd with 20 ms added to every request by tests/support/fault_proxy.py vs
   through the proxy with none (target >= 0.7x); and mount + ``ls -R`` of a consolidated
   group of 1000 arrays: the object GETs (moto's request log) before the first chunk is
   read (target <= 1).
@@ -111,7 +111,7 @@ sys.modules.setdefault("bench", sys.modules[__name__])
 import cpumeter  # noqa: E402
 from memfs import memfs_mounted, treefs_mounted  # noqa: E402
 
-from tests.mounting import Mounted, mounted  # noqa: E402
+from tests.support.mounting import Mounted, mounted  # noqa: E402
 
 MiB = 2**20
 PAGE = 4096
@@ -863,7 +863,7 @@ def sharded_read(b: Bench, data: np.ndarray, failures: list[str]) -> list[Result
             raw = sharded_raw(m, "sharded read")
             fs_rate = mb / dd(m, raw, "/dev/null")
             check_file(raw, data, "sharded read")
-    except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+    except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
         failures.append(f"zarrfs read: {e}")
         return []
     finally:
@@ -982,12 +982,12 @@ class S3Server:
 
 @contextmanager
 def s3_server(work: Path) -> Iterator[S3Server]:
-    """A moto server on 127.0.0.1 (tests/servers.py's), a bucket, and the AWS_*
+    """A moto server on 127.0.0.1 (tests/support/servers.py's), a bucket, and the AWS_*
     environment of this process (so of the zarrfs daemons it starts) pointed at it
     with the keys "testing"; all undone at the end."""
-    import pytest  # tests/servers.py is a pytest plugin: its failures are pytest's
+    import pytest  # tests/support/servers.py is a pytest plugin: its failures are pytest's
 
-    from tests.servers import _start_moto, _stop, client, isolate_aws
+    from tests.support.servers import _start_moto, _stop, client, isolate_aws
 
     log = work / "moto.log"
     try:
@@ -1229,7 +1229,7 @@ def s3_read_comparison(
                 fs_rates.append(mb / fs_time)
                 fs_usages.append(fs_cpu)
                 fs_text = f"{fs_rates[-1]:.1f} MiB/s"
-            except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+            except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
                 failures.append(f"zarrfs read ({server}): {e}")
                 failed = True
         print(f"  round {n + 1}: zarr-python z[:] {zp_rates[-1]:.1f} MiB/s; zarrfs dd {fs_text}")
@@ -1249,7 +1249,7 @@ def s3_read(b: Bench, server: S3Server, failures: list[str], results: list[Resul
     """The read-seq comparisons on scripts/s3_server.py then on moto, and the read
     through the fault proxy (in front of moto); figures are added to ``results`` as
     they come, so that a failure later keeps them."""
-    from tests.fault_proxy import FaultProxy
+    from tests.support.fault_proxy import FaultProxy
 
     mb = min(max(b.size_mb, S3_MIN_MB), S3_MAX_MB)
     data = make_data(mb * MiB // (COLUMNS * 4), noise=0.01)
@@ -1418,7 +1418,7 @@ def run(bench: Bench, names: list[str]) -> tuple[list[Result], dict[str, str]]:
         print(f"\n{name}")
         try:
             section = SECTIONS[name](bench)
-        except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.mounting
+        except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
             errors[name] = str(e)
             print(f"  ERROR: {e}", file=sys.stderr)
             section = e.results if isinstance(e, BenchError) else []

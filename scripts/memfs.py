@@ -151,7 +151,7 @@ def serve(size: int, mountpoint: str) -> None:
 def _mounted(args: list[str], log_dir: Path) -> Iterator[tuple[Path, Path]]:
     """Run this script with ``args`` + a new mount point; yields (mount point, log file)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.mounting import unmount, wait_for_mount
+    from tests.support.mounting import unmount, wait_for_mount
 
     mountpoint = tempfile.mkdtemp(prefix="memfs-mnt-")
     log_file = Path(tempfile.mkstemp(prefix="memfs-log-", dir=log_dir)[1])

@@ -1,12 +1,34 @@
+"""What every test gets: the helpers of tests/support that hold fixtures (registered
+as plugins), the corpus and the example store, and the ``mount`` marker, given by
+folder: every test under tests/mount and tests/process runs zarrfs as a process (most
+of them mount it), every other test calls zarrfs in-process and needs no FUSE."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_STORE = REPO / "data" / "example.zarr"
-CORPUS = REPO / "tests" / "corpus"
+# Before any helper is imported, so that their asserts explain themselves too.
+pytest.register_assert_rewrite("tests.support")
+
+from tests.support.paths import CORPUS, EXAMPLE_STORE  # noqa: E402
+
+pytest_plugins = (
+    "tests.support.fault_proxy",
+    "tests.support.http_server",
+    "tests.support.servers",
+    "tests.support.zips",
+)
+
+TESTS = Path(__file__).resolve().parent
+MOUNT_FOLDERS = ("mount", "process")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(TESTS).parts[0] in MOUNT_FOLDERS:
+            item.add_marker(pytest.mark.mount)
 
 
 @pytest.fixture(scope="session")

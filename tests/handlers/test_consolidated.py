@@ -16,61 +16,20 @@ import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.mounting import mounted
-from tests.stores import CountingStore
+from tests.support.handlers import walk
+from tests.support.mounting import mounted
+from tests.support.stores import CountingStore, v2_zarray, write_v2_hierarchy
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import MetadataError
 from zarrfs.formats.metadata.consolidated import dump_document, parse_consolidated, replace_entry
-from zarrfs.namespace.tree import DirNode, FileNode, Tree
+from zarrfs.namespace.tree import FileNode, Tree
 
-ZARRAY = {
-    "zarr_format": 2,
-    "shape": [4],
-    "chunks": [2],
-    "dtype": "<i4",
-    "compressor": None,
-    "fill_value": 0,
-    "order": "C",
-    "filters": None,
-}
+ZARRAY = v2_zarray([4], [2])
 
 
 # What listing a v2 consolidated store reads: the root's zarr.json is looked for
 # first (absent here), then .zmetadata lists everything.
 ROOT_READS = {"zarr.json": 1, ".zmetadata": 1}
-
-
-def write_v2_hierarchy(root: Path, groups: int, arrays: int) -> dict[str, object]:
-    """``groups`` x ``arrays`` arrays, each with one chunk, and a zarr-2 style .zmetadata."""
-    metadata: dict[str, object] = {".zgroup": {"zarr_format": 2}}
-    (root / ".zgroup").parent.mkdir(parents=True, exist_ok=True)
-    (root / ".zgroup").write_text(json.dumps({"zarr_format": 2}, indent=4))
-    for g in range(groups):
-        metadata[f"g{g}/.zgroup"] = {"zarr_format": 2}
-        for a in range(arrays):
-            metadata[f"g{g}/a{a}/.zarray"] = ZARRAY
-            metadata[f"g{g}/a{a}/.zattrs"] = {"_ARRAY_DIMENSIONS": ["x"]}
-    for key, value in metadata.items():
-        path = root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(value, indent=4, sort_keys=True))
-    doc = {"metadata": metadata, "zarr_consolidated_format": 1}
-    (root / ".zmetadata").write_text(json.dumps(doc, indent=4, sort_keys=True))
-    return metadata
-
-
-def walk(tree: Tree, node: DirNode) -> list[str]:
-    """What `ls -R` plus `stat` of every file asks of the tree."""
-    seen = []
-    for name, child in tree.entries(node).items():
-        path = f"{node.path}/{name}" if node.path else name
-        seen.append(path)
-        if isinstance(child, DirNode):
-            seen.extend(walk(tree, child))
-        else:
-            assert isinstance(child, FileNode)
-            assert child.view.size >= 0
-    return seen
 
 
 def counting_tree(root: Path, *, consolidated: bool = True) -> tuple[Tree, CountingStore]:

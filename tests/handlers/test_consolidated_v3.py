@@ -15,9 +15,9 @@ import pytest
 import trio
 import zarr
 
-from tests.mounting import mounted
-from tests.stores import CountingStore
-from tests.test_consolidated import walk
+from tests.support.handlers import walk
+from tests.support.mounting import mounted
+from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats.metadata import hierarchy

@@ -23,10 +23,10 @@ import pytest
 import trio
 import zarr
 
-from tests.mounting import Mounted, mounted
-from tests.test_enospc import full_store
-from tests.test_handlers import ROOT, fuse_errno, run
-from tests.test_handlers import lookup_path as lookup
+from tests.support.handlers import ROOT, close, fuse_errno, open_file, run
+from tests.support.handlers import lookup_path as lookup
+from tests.support.mounting import Mounted, mounted
+from tests.support.tmpfs import full_store
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import ReadOnlyError, StoreError
@@ -92,18 +92,6 @@ def read_all(ops: Operations, path: str) -> bytes:
 
 def stats(ops: Operations) -> dict[str, Any]:
     return json.loads(read_all(ops, ".zarrfs/stats"))
-
-
-def open_file(ops: Operations, path: str, flags: int = os.O_RDWR) -> int:
-    return run(ops.open, lookup(ops, path).st_ino, flags, None).fh
-
-
-def close(ops: Operations, fh: int) -> None:
-    """close(): FUSE flush (which stores what the handle wrote), then release."""
-    try:
-        run(ops.flush, fh)
-    finally:
-        run(ops.release, fh)
 
 
 def flush(ops: Operations) -> int:

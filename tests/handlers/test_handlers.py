@@ -7,14 +7,13 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyfuse3
 import pytest
-import trio
 import zarr
 
+from tests.support.handlers import ROOT, fuse_errno, lookup_path, run
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
@@ -22,32 +21,10 @@ from zarrfs.fuse.operations import PID_XATTR, OpenFile, Operations
 from zarrfs.namespace.tree import FileNode
 from zarrfs.views.base import View
 
-ROOT = pyfuse3.ROOT_INODE
-
 
 @pytest.fixture
 def ops(example_store: Path) -> Operations:
     return build_operations(str(example_store), MountOptions(read_only=True))
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return trio.run(fn, *args)
-
-
-def lookup_path(ops: Operations, path: str) -> pyfuse3.EntryAttributes:
-    inode = ROOT
-    attr = None
-    for part in path.split("/"):
-        attr = run(ops.lookup, inode, part.encode())
-        inode = attr.st_ino
-    assert attr is not None
-    return attr
-
-
-def fuse_errno(fn: Any, *args: Any) -> int:
-    with pytest.raises(pyfuse3.FUSEError) as info:
-        run(fn, *args)
-    return info.value.errno
 
 
 def test_lookup_and_getattr(ops: Operations) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.mounting import mounted, read_range
+from tests.support.mounting import mounted, read_range
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import ChunkError, NotFoundError
 from zarrfs.namespace.tree import DirNode, FileNode, Tree

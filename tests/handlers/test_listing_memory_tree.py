@@ -24,7 +24,7 @@ import pyfuse3
 import pytest
 import trio
 
-from tests.test_consolidated import ZARRAY, write_v2_hierarchy
+from tests.support.stores import v2_zarray, write_v2_hierarchy
 from zarrfs.core.arrays import ArrayState
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
@@ -73,7 +73,7 @@ def write_one_line(root: Path, groups: int, arrays: int) -> None:
     for g in range(groups):
         metadata[f"g{g}/.zgroup"] = {"zarr_format": 2}
         for a in range(arrays):
-            metadata[f"g{g}/a{a}/.zarray"] = dict(ZARRAY, shape=[10 + a])
+            metadata[f"g{g}/a{a}/.zarray"] = v2_zarray([10 + a], [2])
             metadata[f"g{g}/a{a}/.zattrs"] = {"_ARRAY_DIMENSIONS": ["x"], "n": a}
     root.mkdir(parents=True)
     (root / ".zgroup").write_text(json.dumps({"zarr_format": 2}))

@@ -18,7 +18,7 @@ import pytest
 import trio
 import zarr
 
-from tests.stores import zlib_array
+from tests.support.stores import zlib_array
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations

@@ -13,8 +13,9 @@ import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.mounting import mounted
-from tests.stores import CountingStore, zlib_array
+from tests.support.handlers import make_ops, open_raw
+from tests.support.mounting import mounted
+from tests.support.stores import CountingStore, zlib_array
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.core.read.chunks import ChunkCache
@@ -22,8 +23,8 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.mount import mount_device
 from zarrfs.formats.grid.layout import contiguous_chunk_nbytes, contiguous_runs
 from zarrfs.formats.metadata.v2 import parse_array
-from zarrfs.fuse.operations import OpenFile, Operations
-from zarrfs.namespace.tree import FileNode, Tree
+from zarrfs.fuse.operations import Operations
+from zarrfs.namespace.tree import Tree
 
 # -- pure layout ------------------------------------------------------------------------
 
@@ -123,21 +124,6 @@ ROWS, COLUMNS, CHUNK_ROWS = 64, 256, 4  # 16 chunks of 4 KiB
 
 def write_store(root: Path) -> np.ndarray:
     return zlib_array(root, ROWS, COLUMNS, CHUNK_ROWS)
-
-
-def make_ops(root: Path, cache_bytes: int = 1 << 24) -> tuple[Operations, ChunkCache]:
-    store = CountingStore(str(root))
-    cache = ChunkCache(store, cache_bytes)
-    cache.read_ahead = True
-    writeback = WriteBack(store, cache, budget=1 << 30, interval=60)
-    tree = Tree(store, cache, writeback)
-    return Operations(tree, read_only=False), cache
-
-
-def open_raw(ops: Operations) -> int:
-    node = ops.tree.resolve("array.raw")
-    assert isinstance(node, FileNode)
-    return ops.files.add(OpenFile(node, 99))
 
 
 async def settle(cache: ChunkCache) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import trio
 
-from tests.stores import zlib_array
+from tests.support.stores import zlib_array
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.fuse.operations import OpenFile, Operations
 from zarrfs.namespace.tree import FileNode, Tree

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.stores import CountingStore, v2_zarray
+from tests.support.stores import CountingStore, v2_zarray
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import MetadataError, NotFoundError
 from zarrfs.namespace.tree import DirNode, FileNode, Tree

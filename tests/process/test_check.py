@@ -16,24 +16,19 @@ import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import zarr
 
-from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import zarrfs_command
-from tests.test_zip_store import patch_central
+from tests.support.http_server import HttpServer
+from tests.support.mounting import zarrfs_command
+from tests.support.servers import Bucket
+from tests.support.zips import patch_central
 from zarrfs.commands.check import check_store
 from zarrfs.commands.walk import ReadOnlyStore, walk
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.stores.directory import DirectoryStore
-
-if TYPE_CHECKING:  # imported by pytest_plugins, which must be first to rewrite asserts
-    from tests.servers import Bucket
-
-pytest_plugins = ("tests.servers",)
 
 # The committed example store, as the check sums it up.
 EXAMPLE_SUMMARY = [

@@ -26,50 +26,16 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import mounted, unmount, zarrfs_command
+from tests.support.cli import PID_XATTR, alive, assert_one_error_line, run_cli
+from tests.support.http_server import HttpServer
+from tests.support.mounting import mounted, unmount
 from zarrfs.commands import cli as zarrfs_cli
 from zarrfs.daemon import runstate
 from zarrfs.daemon.mount import READ_ONLY_HINT
 
 pytestmark = pytest.mark.mount
 
-PID_XATTR = "user.zarrfs.pid"
-
 FOO_BAR_FILES = [".zarray", ".zattrs", "array.hdr", "array.nhdr", "array.npy", "array.raw", "info"]
-
-
-def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        zarrfs_command(*args),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def assert_one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    output = f"stdout: {result.stdout!r}\nstderr: {result.stderr!r}"
-    assert result.returncode != 0, output
-    assert "Traceback" not in result.stderr + result.stdout, output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, output
-    assert lines[0].startswith("zarrfs: error:"), output
-    for needle in needles:
-        assert needle in lines[0], output
-    return lines[0]
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.fixture
@@ -125,7 +91,7 @@ def _bad_log_level(tmp: Path, example: Path, mnt: Path) -> tuple[list[str], str]
 
 
 def _bad_fuse_option(tmp: Path, example: Path, mnt: Path) -> tuple[list[str], str]:
-    # No option libfuse knows: refused before mounting (tests/test_mount_options.py).
+    # No option libfuse knows: refused before mounting (tests/process/test_mount_options.py).
     return ["-o", "no_such_fuse_option", str(example), str(mnt)], "no_such_fuse_option"
 
 

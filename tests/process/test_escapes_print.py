@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.mounting import zarrfs_command
+from tests.support.mounting import zarrfs_command
 from zarrfs.commands.check import check_command
 from zarrfs.commands.tree import tree_command
 from zarrfs.commands.walk import printable, walk

@@ -4,7 +4,7 @@ a mount helper (mount(8) → mount.fuse3 → /bin/sh → ``zarrfs STORE MNT -o O
 The pure part (what an ``-o`` list means) is table-driven. The rest runs the real
 mount(8) as root on temporary fstab files (never /etc/fstab), with a PATH lacking
 /usr/local/bin: mount(8) removes PATH for its helpers anyway, and the shell's default
-one finds the link install.sh makes (and runs this checkout's code: tests/mounting.py
+one finds the link install.sh makes (and runs this checkout's code: tests/support/mounting.py
 sets PYTHONPATH, which mount(8) passes on). The daemon mount(8) starts detaches; this test
 process makes itself a child subreaper (prctl) so that the orphaned daemon becomes
 its child and its exit status can be read. Every mount is unmounted in a ``finally``
@@ -31,12 +31,14 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import zarrfs_command
+from tests.support.cli import alive
+from tests.support.mountinfo import entries
+from tests.support.mounting import zarrfs_command
+from tests.support.paths import REPO
 from zarrfs.commands import mountopts
 from zarrfs.commands.cli import cli
 from zarrfs.daemon import runstate
 
-REPO = Path(__file__).resolve().parent.parent
 PID_XATTR = "user.zarrfs.pid"
 MINIMAL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # no /usr/local/bin, as cron or a unit may have
 PR_SET_CHILD_SUBREAPER = 36
@@ -171,41 +173,10 @@ def run(*command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A mount as /proc/self/mountinfo shows it (read by the test's own parser)."""
-
-    options: set[str]  # per mount: ro, nosuid, ...
-    fstype: str
-    source: str
-    super_options: set[str]  # the filesystem's: allow_other, ...
-
-
-def entries(path: Path) -> list[Entry]:
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if fields[4].replace("\\040", " ") != str(path):
-                continue
-            rest = fields[fields.index("-", 6) + 1 :]
-            source = rest[1].replace("\\040", " ")
-            found.append(Entry(set(fields[5].split(",")), rest[0], source, set(rest[2].split(","))))
-    return found
-
-
 def listing(path: Path) -> list[str]:
     """The entries of a directory of the mount, but the mount root's control files
     (.zarrfs/), which are not the store's."""
     return sorted(name for name in os.listdir(path) if name != ".zarrfs")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 # program → the Debian package install.sh installs it with
 PROGRAMS = {

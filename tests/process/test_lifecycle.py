@@ -30,29 +30,16 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import unmount, zarrfs_command
-from tests.test_cli import PID_XATTR, alive, assert_one_error_line, run_cli
-from tests.test_enospc import CHUNK_BYTES, full_store, random_data, tiny_tmpfs
+from tests.support.cli import PID_XATTR, alive, assert_one_error_line, run_cli
+from tests.support.mountinfo import mount_entry
+from tests.support.mounting import unmount, wait_for_mount, zarrfs_command
+from tests.support.tmpfs import CHUNK_BYTES, full_store, random_data, tiny_tmpfs
 from zarrfs.daemon import runstate
 
 pytestmark = pytest.mark.mount
 
 NO_FLUSH = ("--flush-interval", "3600")  # nothing stored before close or unmount
 STORE_FILES = [".zarrfs", ".zattrs", ".zgroup", "foo", "weather"]  # .zarrfs: the control dir
-
-
-def mount_entry(path: Path) -> tuple[str, str] | None:
-    """(device, fstype) of the newest mount on ``path``, from /proc/self/mountinfo: never
-    a stat, which would hang on a deadlocked mount or fail on a dead one. The test's
-    own parser: cleanup must not depend on the code under test."""
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            point = fields[4].replace("\\040", " ")
-            if point == str(path) and "-" in fields[6:]:
-                found = (fields[2], fields[fields.index("-", 6) + 1])
-    return found
 
 
 def remove_mount(path: Path) -> None:
@@ -85,14 +72,6 @@ class Daemon:
     log: Path
 
 
-def wait_for_mount(path: Path, process: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + 30
-    while mount_entry(path) is None:
-        assert process is None or process.poll() is None, "zarrfs mount -f exited"
-        assert time.monotonic() < deadline, f"{path} not mounted after 30s"
-        time.sleep(0.02)
-
-
 @contextmanager
 def daemon(
     store: Path, mountpoint: Path, *options: str, log: Path, mode: str = "detached"
@@ -118,7 +97,7 @@ def daemon(
         pid = process.pid
     try:
         if process is not None:
-            wait_for_mount(mountpoint, process)
+            wait_for_mount(mountpoint, process, log)
         yield Daemon(pid, process, log)
     finally:
         if alive(pid) and mount_entry(mountpoint) is not None:

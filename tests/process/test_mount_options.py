@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 
-from tests.mounting import unmount
-from tests.test_cli import assert_one_error_line, run_cli
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.mounting import unmount
 from zarrfs.commands import mountopts
 from zarrfs.commands.cli import cli
 

@@ -3,7 +3,7 @@ or ``?token=``) stay out of what every local user can read: /proc/mounts (the mo
 source) and the command lines of the processes a mount leaves (``ps``). The mount
 still uses them: every request the server sees carries the token.
 
-Each test serves a store on 127.0.0.1 (tests/http_server.py) under a URL holding
+Each test serves a store on 127.0.0.1 (tests/support/http_server.py) under a URL holding
 fresh random secrets, mounts it in one of the three ways a user can, and unmounts it
 in a ``finally``.
 """
@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import mounted, unmount, zarrfs_command
-from tests.test_cli import PID_XATTR, alive, run_cli
-from tests.test_fstab import entries
-from tests.test_http_mount import make_store
+from tests.support.cli import PID_XATTR, alive, run_cli
+from tests.support.http_server import HttpServer
+from tests.support.mountinfo import entries
+from tests.support.mounting import mounted, unmount, zarrfs_command
+from tests.support.stores import plain_and_sharded
 from zarrfs.commands import mountopts
 from zarrfs.commands.cli import cli
 from zarrfs.daemon import runstate
@@ -91,7 +91,7 @@ def assert_reads_with_the_secret(m: Path, arrays: dict[str, np.ndarray], server:
 
 @pytest.fixture
 def store(http_server: HttpServer) -> Iterator[dict[str, np.ndarray]]:
-    yield make_store(http_server.root / "s.zarr", consolidate=True)
+    yield plain_and_sharded(http_server.root / "s.zarr", consolidate=True)
 
 
 def end(pid: int | None, mountpoint: Path) -> None:

@@ -14,8 +14,8 @@ import numcodecs
 import pytest
 import zarr
 
-from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import zarrfs_command
+from tests.support.http_server import HttpServer
+from tests.support.mounting import zarrfs_command
 from zarrfs.commands.tree import codec_text
 
 BLOSC = "codecs=[blosc(cname=lz4, clevel=5, shuffle=1, blocksize=0)]"

@@ -1,5 +1,5 @@
 """A TCP proxy on 127.0.0.1 that tests put in front of a server they started (the
-HTTP server of tests/http_server.py, a moto S3 server) to inject network faults.
+HTTP server of tests/support/http_server.py, a moto S3 server) to inject network faults.
 
 Faults are set at run time, from the test's thread, and apply to what passes next:
 
@@ -295,7 +295,7 @@ def _close(sock: socket.socket, *, reset: bool) -> None:
         sock.close()
 
 
-@pytest.fixture(name="fault_proxy")  # named apart: see tests/http_server.py
+@pytest.fixture(name="fault_proxy")  # named apart: see tests/support/http_server.py
 def fault_proxy_fixture() -> Iterator[type[FaultProxy]]:
     """A factory of proxies (``fault_proxy((host, port), http=True)``), each stopped
     at the test's end."""

@@ -1,5 +1,5 @@
-"""An fsx-style exerciser for writes through ``array.raw`` (used by tests/test_fsx.py
-and tests/test_soak.py).
+"""An fsx-style exerciser for writes through ``array.raw`` (used by
+tests/mount/writes/test_fsx.py and tests/mount/writes/test_soak.py).
 
 Seeded random operations run against a real zarrfs mount and an in-memory model: one
 ``bytearray`` per array (the whole array in C order, in the declared dtype) plus its
@@ -47,7 +47,7 @@ import numcodecs
 import numpy as np
 import zarr
 
-from tests.mounting import Mounted, mounted
+from tests.support.mounting import Mounted, mounted
 
 REMOUNT_EVERY = 2000
 HISTORY = 2000  # operations remembered for failure messages

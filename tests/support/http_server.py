@@ -6,7 +6,7 @@ Content-Range, 416 when unsatisfiable, and counts every body byte it sends so a 
 can prove that a ranged read fetched only its range. Directories are 404 (as an
 object store or a web server without autoindex answers), never a listing.
 
-    from tests.http_server import HttpServer, http_server_fixture  # registers it
+    from tests.support.http_server import HttpServer  # the fixture is registered for every test
 
     def test_x(http_server: HttpServer) -> None:
         (http_server.root / "a").write_bytes(b"...")

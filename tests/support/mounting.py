@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.paths import REPO
 from zarrfs.daemon import runstate
 
 MOUNT_TIMEOUT = 30.0
-REPO = Path(__file__).resolve().parent.parent
 
 # Every zarrfs a test starts runs this checkout's code, not the installed one: also
 # ``python -m zarrfs`` from another directory, and mount(8)'s helper, which runs the
@@ -70,14 +70,16 @@ def unmount(path: str | Path) -> str | None:
     return None
 
 
-def wait_for_mount(path: str, process: subprocess.Popen, log_file: Path) -> None:
+def wait_for_mount(
+    path: str | Path, process: subprocess.Popen | None = None, log_file: Path | None = None
+) -> None:
+    """Until ``path`` is a mount point; fails if ``process`` (a ``zarrfs mount -f``)
+    exits first, with its log, or after MOUNT_TIMEOUT seconds."""
     deadline = time.monotonic() + MOUNT_TIMEOUT
     while not os.path.ismount(path):
-        if process.poll() is not None:
-            raise AssertionError(
-                f"zarrfs exited with {process.returncode} before mounting:\n"
-                + log_file.read_text(errors="replace")
-            )
+        if process is not None and process.poll() is not None:
+            log = "" if log_file is None else log_file.read_text(errors="replace")
+            raise AssertionError(f"zarrfs exited with {process.returncode} before mounting:\n{log}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} not mounted after {MOUNT_TIMEOUT}s")
         time.sleep(0.02)

@@ -5,7 +5,7 @@ both read back as the expected array is one other Zarr readers can use, not one 
 only matches zarrfs's own reading of the spec. Both are test dependencies: a missing
 one fails the importing test module at collection, it is never skipped.
 
-    from tests.oracles import assert_store_holds
+    from tests.support.oracles import assert_store_holds
     assert_store_holds(tmp_path / "a.zarr", expected)
 
 The comparison is bitwise (bytes of the arrays in little-endian form), so NaN payloads
@@ -24,7 +24,7 @@ try:
     import tensorstore
 except ImportError as e:  # a failure, never a skip
     raise ImportError(
-        "tensorstore is a test dependency (tests/oracles.py reads stores with it): "
+        "tensorstore is a test dependency (tests/support/oracles.py reads stores with it): "
         "install it with scripts/install.sh or `.venv/bin/pip install -e '.[test]'`"
     ) from e
 

@@ -1,9 +1,6 @@
 """Servers that tests start on 127.0.0.1 themselves: moto's standalone S3 server.
 
-A test module takes the fixtures as a plugin:
-
-    pytest_plugins = ("tests.servers",)
-
+The fixtures are registered for every test (tests/conftest.py's ``pytest_plugins``).
 ``s3_server`` (one per session) yields the endpoint URL; ``s3_bucket`` makes a
 fresh bucket for one test and points the AWS environment variables at the server
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID=testing, ...), so an S3Store built in the test
@@ -39,8 +36,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import REPO
+
 REGION = "us-east-1"
-S3_SERVER = Path(__file__).resolve().parent.parent / "scripts" / "s3_server.py"
+S3_SERVER = REPO / "scripts" / "s3_server.py"
 STARTUP = 30.0  # seconds moto may take to answer (it imports every service's models)
 # urllib must not send requests for 127.0.0.1 through a proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -388,3 +387,13 @@ def loopback_s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Loo
             _stop(server.process)
             assert server.process.stdout is not None
             server.process.stdout.close()
+
+
+def put_file(root: Path, key: str, value: bytes) -> None:
+    """Another writer: the object replaced behind the store's back (a new inode, so
+    a new ETag)."""
+    path = root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(path.name + ".new")
+    temp.write_bytes(value)
+    os.replace(temp, path)

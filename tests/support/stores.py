@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -70,6 +71,28 @@ def zlib_array(root: Path, rows: int, columns: int, chunk_rows: int) -> np.ndarr
     z[...] = data
     return data
 
+PLAIN_BYTES = 60 * 40 * 4  # array.raw of plain_and_sharded's "plain"
+
+
+def plain_and_sharded(store: Any, *, consolidate: bool = False) -> dict[str, np.ndarray]:
+    """A zarr-python 3 group in ``store`` (a path or a zarr store) holding ``plain``
+    (60x40 float32 in chunks of 16 rows) and ``sharded`` (64x48 int32, shards of 32x24
+    holding chunks of 8x12); returns their data."""
+    arrays = {
+        "plain": np.arange(60 * 40, dtype="<f4").reshape(60, 40),
+        "sharded": np.arange(64 * 48, dtype="<i4").reshape(64, 48),
+    }
+    if isinstance(store, Path):
+        store = str(store)
+    group = zarr.open_group(store, mode="w")
+    group.create_array("plain", shape=(60, 40), chunks=(16, 40), dtype="<f4")[...] = arrays["plain"]
+    group.create_array("sharded", shape=(64, 48), chunks=(8, 12), shards=(32, 24), dtype="<i4")[
+        ...
+    ] = arrays["sharded"]
+    if consolidate:
+        zarr.consolidate_metadata(store)
+    return arrays
+
 
 def v2_zarray(shape: list[int], chunks: list[int], dtype: object = "<i4", **extra: object) -> dict:
     """A .zarray document: uncompressed, fill 0, order C, plus ``extra`` keys."""
@@ -84,6 +107,25 @@ def v2_zarray(shape: list[int], chunks: list[int], dtype: object = "<i4", **extr
         "filters": None,
         **extra,
     }
+
+
+def write_v2_hierarchy(root: Path, groups: int, arrays: int) -> dict[str, object]:
+    """``groups`` x ``arrays`` arrays, each with one chunk, and a zarr-2 style .zmetadata."""
+    metadata: dict[str, object] = {".zgroup": {"zarr_format": 2}}
+    (root / ".zgroup").parent.mkdir(parents=True, exist_ok=True)
+    (root / ".zgroup").write_text(json.dumps({"zarr_format": 2}, indent=4))
+    for g in range(groups):
+        metadata[f"g{g}/.zgroup"] = {"zarr_format": 2}
+        for a in range(arrays):
+            metadata[f"g{g}/a{a}/.zarray"] = v2_zarray([4], [2])
+            metadata[f"g{g}/a{a}/.zattrs"] = {"_ARRAY_DIMENSIONS": ["x"]}
+    for key, value in metadata.items():
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value, indent=4, sort_keys=True))
+    doc = {"metadata": metadata, "zarr_consolidated_format": 1}
+    (root / ".zmetadata").write_text(json.dumps(doc, indent=4, sort_keys=True))
+    return metadata
 
 
 PROMPT = 5.0  # seconds a refusal may take at most (a regression would block forever)

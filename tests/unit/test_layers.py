@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "zarrfs"
+from tests.support.paths import REPO
+
+PACKAGE = REPO / "zarrfs"
 
 LAYERS = ["stores", "formats", "core", "views", "namespace", "fuse", "daemon", "commands"]
 SHARED = {"errors", "__init__", "__main__"}

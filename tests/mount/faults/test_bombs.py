@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.mounting import mounted, peak_rss, read_range
+from tests.support.mounting import mounted, peak_rss, read_range
 
 pytestmark = pytest.mark.mount
 

@@ -33,7 +33,7 @@ import pytest
 import zarr
 
 import zarrfs.stores.directory
-from tests.mounting import Mounted, mounted, unmount
+from tests.support.mounting import Mounted, mounted, unmount
 from zarrfs.daemon import runstate
 
 pytestmark = pytest.mark.mount

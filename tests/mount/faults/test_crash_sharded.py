@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted, unmount
-from tests.oracles import read_tensorstore, read_zarr_python
+from tests.support.mounting import mounted, unmount
+from tests.support.oracles import read_tensorstore, read_zarr_python
 
 pytestmark = pytest.mark.mount
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.mounting import Mounted, mounted, read_range
-from tests.stores import v2_zarray
+from tests.support.mounting import Mounted, mounted, read_range
+from tests.support.stores import v2_zarray
 
 pytestmark = pytest.mark.mount
 

@@ -26,7 +26,7 @@ import pytest
 import zarr
 from numcodecs import Zlib
 
-from tests.mounting import Mounted, mounted, read_range, unmount, zarrfs_command
+from tests.support.mounting import Mounted, mounted, read_range, unmount, zarrfs_command
 
 pytestmark = pytest.mark.mount
 

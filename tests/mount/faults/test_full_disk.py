@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted, peak_rss
-from tests.test_enospc import tiny_tmpfs
+from tests.support.mounting import mounted, peak_rss
+from tests.support.tmpfs import tiny_tmpfs
 
 pytestmark = pytest.mark.mount
 

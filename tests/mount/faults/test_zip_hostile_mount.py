@@ -1,6 +1,6 @@
 """Hostile zip archives through a real mount, ``zarrfs check`` and ``zarrfs tree``.
 
-The archives are built by tests/test_zip_hostile.py's ``build`` (every field may
+The archives are built by tests/support/zips.py's ``build`` (every field may
 lie). The daemon and the commands run with their address space capped (the
 daemon's ``memory_limit``, RLIMIT_AS) and within a time bound. For each hostile
 member: one EIO for the reads that need it and one log line naming it, never wrong
@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted, peak_rss, read_range, zarrfs_command
-from tests.test_cli import assert_one_error_line
-from tests.test_zip_hostile import (
+from tests.support.cli import assert_one_error_line
+from tests.support.mounting import mounted, peak_rss, read_range, zarrfs_command
+from tests.support.zips import (
     BZIP2,
     DEFLATED,
     Entry,

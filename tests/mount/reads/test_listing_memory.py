@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mounting import mounted, peak_rss
+from tests.support.mounting import mounted, peak_rss
 
 pytestmark = pytest.mark.mount
 

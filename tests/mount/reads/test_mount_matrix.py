@@ -35,7 +35,7 @@ import pytest
 import zarr
 from numcodecs import BZ2, LZMA, Blosc, Delta, FixedScaleOffset, GZip, Shuffle, Zlib, Zstd
 
-from tests.mounting import Mounted, mounted
+from tests.support.mounting import Mounted, mounted
 from zarrfs.formats.sidecars import envi_data_type, nrrd_type
 
 pytestmark = pytest.mark.mount
@@ -661,7 +661,7 @@ def test_consolidated_documents_match_the_store(matrix: Matrix, path: str) -> No
     """Listed from .zmetadata, a document is its consolidated entry: equal as JSON.
 
     (The matrix's documents come from two writers, zarr-python 3 and json by hand,
-    so their formatting differs from the .zmetadata's; tests/test_consolidated.py
+    so their formatting differs from the .zmetadata's; tests/handlers/test_consolidated.py
     checks that a store from one writer is shown byte for byte.)
     """
     for name in (".zarray", ".zattrs", ".zgroup"):

@@ -24,8 +24,8 @@ import trio
 import zarr
 from zarr.codecs import BytesCodec
 
-from tests.mounting import Mounted, mounted, peak_rss
-from tests.stores import CountingStore
+from tests.support.mounting import Mounted, mounted, peak_rss
+from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.namespace.tree import DirNode, FileNode, Tree

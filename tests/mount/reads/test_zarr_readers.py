@@ -33,12 +33,12 @@ import zarr
 import zarr.storage
 from numcodecs import Zlib
 
-from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import mounted, peak_rss
-from tests.oracles import assert_same_bits
-from tests.stores import run_promptly
-from tests.test_control import close, open_file
-from tests.test_handlers import fuse_errno, lookup_path, run
+from tests.support.handlers import close, fuse_errno, lookup_path, open_file, run
+from tests.support.http_server import HttpServer
+from tests.support.mounting import mounted, peak_rss
+from tests.support.oracles import assert_same_bits
+from tests.support.paths import REPO
+from tests.support.stores import run_promptly
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.fuse.operations import Operations
@@ -47,7 +47,6 @@ from zarrfs.namespace.tree import KeyDirNode, KeyFileNode
 
 pytestmark = pytest.mark.mount
 
-REPO = Path(__file__).resolve().parent.parent
 # zarr-python 2.18 cannot share a venv with zarr-python 3: scripts/install.sh makes
 # one of its own.
 ZARR2_PYTHON = REPO / ".venv-zarr2" / "bin" / "python"

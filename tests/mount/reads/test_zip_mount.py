@@ -12,23 +12,16 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted
-from tests.test_cli import assert_one_error_line, run_cli
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.mounting import mounted
+from tests.support.stores import plain_and_sharded
 
 pytestmark = pytest.mark.mount
 
 
 def make_zip(path: Path) -> dict[str, np.ndarray]:
-    arrays = {
-        "plain": np.arange(60 * 40, dtype="<f4").reshape(60, 40),
-        "sharded": np.arange(64 * 48, dtype="<i4").reshape(64, 48),
-    }
     store = zarr.storage.ZipStore(str(path), mode="w")
-    group = zarr.open_group(store, mode="w")
-    group.create_array("plain", shape=(60, 40), chunks=(16, 40), dtype="<f4")[...] = arrays["plain"]
-    group.create_array("sharded", shape=(64, 48), chunks=(8, 12), shards=(32, 24), dtype="<i4")[
-        ...
-    ] = arrays["sharded"]
+    arrays = plain_and_sharded(store)
     store.close()
     return arrays
 

@@ -1,4 +1,4 @@
-"""Hostile HTTP servers (tests/http_server.py's MODES) through the real commands: a
+"""Hostile HTTP servers (tests/support/http_server.py's MODES) through the real commands: a
 mount, ``zarrfs check`` and ``zarrfs tree`` end in bounded time and memory, each bad
 read one EIO (or one line), the mount survives and heals, and SIGTERM or an umount
 ends the daemon even while a read waits on the server. The daemons run with a short
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.http_server import HttpServer, http_server_fixture, serve  # noqa: F401 - registers it
-from tests.mounting import mounted, peak_rss, zarrfs_command
-from tests.test_cli import assert_one_error_line, run_cli
-from tests.test_http_mount import PLAIN_BYTES, make_store
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.http_server import HttpServer, serve
+from tests.support.mounting import mounted, peak_rss, zarrfs_command
+from tests.support.stores import PLAIN_BYTES, plain_and_sharded
 from zarrfs.stores.http import BUDGET_VARIABLE, RETRY_BUDGET
 
 pytestmark = [pytest.mark.mount, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -34,7 +34,7 @@ SHARDED = np.arange(64 * 48, dtype="<i4").tobytes()
 
 @pytest.fixture
 def store_url(http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> str:
-    make_store(http_server.root / "s.zarr", consolidate=True)
+    plain_and_sharded(http_server.root / "s.zarr", consolidate=True)
     monkeypatch.setenv(BUDGET_VARIABLE, str(BUDGET))
     return f"{http_server.url}s.zarr"
 
@@ -87,7 +87,7 @@ def test_check_ends_within_the_default_budget(
 ) -> None:
     """The real default: a chunk whose body comes a byte a second (each byte well
     within the read timeout of 15 s) is given up after 10 s, not after hours."""
-    make_store(http_server.root / "s.zarr", consolidate=True)
+    plain_and_sharded(http_server.root / "s.zarr", consolidate=True)
     monkeypatch.delenv(BUDGET_VARIABLE, raising=False)
     http_server.hostile["/s.zarr/plain/c/1/0"] = "trickle"
     http_server.trickle = 1.0
@@ -207,7 +207,7 @@ def other_server(tmp_path: Path) -> Iterator[HttpServer]:
 def test_a_store_redirected_to_another_server_mounts(
     http_server: HttpServer, other_server: HttpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_store(other_server.root / "s.zarr", consolidate=True)
+    plain_and_sharded(other_server.root / "s.zarr", consolidate=True)
     for path in (other_server.root / "s.zarr").rglob("*"):
         if path.is_file():
             key = path.relative_to(other_server.root).as_posix()

@@ -1,4 +1,4 @@
-"""A store served over HTTP (tests/http_server.py, loopback), mounted for real:
+"""A store served over HTTP (tests/support/http_server.py, loopback), mounted for real:
 read-only without being told, listed from its consolidated metadata, sharded
 arrays read by ranges; without consolidated metadata only the node at the URL is
 shown, with a log line saying how to consolidate; nothing listening is refused
@@ -13,36 +13,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
 
-from tests.fault_proxy import FaultProxy
-from tests.http_server import HttpServer, http_server_fixture  # noqa: F401
-from tests.mounting import mounted
-from tests.test_cli import assert_one_error_line, run_cli
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.fault_proxy import FaultProxy
+from tests.support.http_server import HttpServer
+from tests.support.mounting import mounted
+from tests.support.stores import PLAIN_BYTES, plain_and_sharded
 
 pytestmark = pytest.mark.mount
 
-PLAIN_BYTES = 60 * 40 * 4
-
-
-def make_store(root: Path, *, consolidate: bool) -> dict[str, np.ndarray]:
-    arrays = {
-        "plain": np.arange(60 * 40, dtype="<f4").reshape(60, 40),
-        "sharded": np.arange(64 * 48, dtype="<i4").reshape(64, 48),
-    }
-    group = zarr.open_group(str(root), mode="w")
-    group.create_array("plain", shape=(60, 40), chunks=(16, 40), dtype="<f4")[...] = arrays["plain"]
-    group.create_array("sharded", shape=(64, 48), chunks=(8, 12), shards=(32, 24), dtype="<i4")[
-        ...
-    ] = arrays["sharded"]
-    if consolidate:
-        zarr.consolidate_metadata(str(root))
-    return arrays
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_consolidated_store_over_http(http_server: HttpServer) -> None:
-    arrays = make_store(http_server.root / "s.zarr", consolidate=True)
+    arrays = plain_and_sharded(http_server.root / "s.zarr", consolidate=True)
     with mounted(f"{http_server.url}/s.zarr") as m:
         assert sorted(os.listdir(m.path)) == [".zarrfs", "plain", "sharded", "zarr.json"]
         for name, data in arrays.items():
@@ -59,7 +41,7 @@ def test_a_consolidated_store_over_http(http_server: HttpServer) -> None:
 def test_without_consolidated_metadata_only_the_root_node_is_shown(
     http_server: HttpServer,
 ) -> None:
-    make_store(http_server.root / "s.zarr", consolidate=False)
+    plain_and_sharded(http_server.root / "s.zarr", consolidate=False)
     with mounted(f"{http_server.url}/s.zarr") as m:
         assert os.listdir(m.path) == [".zarrfs", "zarr.json"]
     assert "consolidate" in m.log()
@@ -81,7 +63,7 @@ def test_nothing_listening_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 def test_a_server_cutting_every_connection_is_eio_then_recovers(http_server: HttpServer) -> None:
-    make_store(http_server.root / "s.zarr", consolidate=True)
+    plain_and_sharded(http_server.root / "s.zarr", consolidate=True)
     with FaultProxy(("127.0.0.1", http_server.port), http=True) as proxy:
         with mounted(f"{proxy.url}s.zarr") as m:
             raw = m.path / "plain" / "array.raw"

@@ -11,7 +11,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numcodecs
 import numpy as np
@@ -19,15 +18,12 @@ import pytest
 import zarr
 from zarr.codecs import BytesCodec, GzipCodec
 
-from tests.mounting import mounted
-from tests.test_cli import assert_one_error_line, run_cli
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.mounting import mounted
+from tests.support.servers import LoopbackS3
 from zarrfs.errors import StoreError
 from zarrfs.stores.s3 import S3Store
 
-if TYPE_CHECKING:
-    from tests.servers import LoopbackS3
-
-pytest_plugins = ("tests.servers",)
 pytestmark = pytest.mark.mount
 
 PLAIN = np.arange(64 * 40, dtype="<f4").reshape(64, 40)

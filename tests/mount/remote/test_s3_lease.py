@@ -13,24 +13,20 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted
-from tests.test_cli import assert_one_error_line, run_cli
-from tests.test_s3_conditional import put_file
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.mounting import mounted
+from tests.support.paths import REPO
+from tests.support.servers import Bucket, LoopbackS3, put_file
 from zarrfs.stores import s3_lease
 
-if TYPE_CHECKING:
-    from tests.servers import Bucket, LoopbackS3
-
-pytest_plugins = ("tests.servers",)
 pytestmark = pytest.mark.mount
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "semantics.md"
+DOCS = REPO / "docs" / "semantics.md"
 PLAIN = np.arange(8 * 4, dtype="<f4").reshape(8, 4)
 
 

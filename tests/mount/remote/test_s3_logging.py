@@ -10,20 +10,15 @@ import errno
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted
+from tests.support.mounting import mounted
+from tests.support.servers import Bucket, LoopbackS3
 from zarrfs.errors import StoreError
 from zarrfs.stores.s3 import S3Store
-
-if TYPE_CHECKING:
-    from tests.servers import Bucket, LoopbackS3
-
-pytest_plugins = ("tests.servers",)
 
 SOURCE_KEY = "AKIAZARRFSSOURCEKEY1"
 SOURCE_SECRET = "zArRfSsOuRcEsEcReT0123456789abcdefghijkl"

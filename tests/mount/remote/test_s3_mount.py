@@ -1,4 +1,4 @@
-"""An S3 bucket (moto on loopback, tests/servers.py) mounted for real: read-write,
+"""An S3 bucket (moto on loopback, tests/support/servers.py) mounted for real: read-write,
 listed from consolidated metadata or lazily, writes stored as one PUT per chunk
 or shard and checked with zarr-python 3 and tensorstore; a PUT failing at fsync
 returns the error, keeps the data, and a later fsync stores it; a missing bucket
@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.fault_proxy import FaultProxy
-from tests.mounting import mounted
-from tests.oracles import assert_store_holds
-from tests.servers import Bucket
-from tests.test_cli import assert_one_error_line, run_cli
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.fault_proxy import FaultProxy
+from tests.support.mounting import mounted
+from tests.support.oracles import assert_store_holds
+from tests.support.servers import Bucket
 
-pytest_plugins = ("tests.servers",)
 pytestmark = [pytest.mark.mount, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 PLAIN = np.arange(60 * 40, dtype="<f4").reshape(60, 40)

@@ -1,4 +1,4 @@
-"""The fsx-style exerciser (tests/fsx.py) against zarrfs, and against plain files
+"""The fsx-style exerciser (tests/support/fsx.py) against zarrfs, and against plain files
 that it must agree with or catch when they are broken on purpose.
 
 The seed is random; set ZARRFS_FSX_SEED to replay a failure. Every assertion message
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fsx import (
+from tests.support.fsx import (
     SHARDED_SPECS,
     SPECS,
     Exerciser,

@@ -10,7 +10,7 @@ import numcodecs
 import numpy as np
 import pytest
 
-from tests.mounting import mounted
+from tests.support.mounting import mounted
 
 ARRAYS = [
     ("v1-zarr-1.1.0/i4_2d_blosc_lz4", "meta", ""),

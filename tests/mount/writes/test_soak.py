@@ -1,6 +1,6 @@
 """A soak of the write path: several threads exercise one mount at once, each on
 arrays of its own (so each has an exact model), with the resize mix of the fsx
-exerciser (tests/fsx.py: streams stored behind the writer, truncates and grows,
+exerciser (tests/support/fsx.py: streams stored behind the writer, truncates and grows,
 a write racing a truncate, fsync, ``.zarrfs/flush``, reopen) while the periodic
 flush and a small write cache store the same arrays. The daemon must not crash
 or log an internal error, every thread's model must hold, and after unmounting
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fsx import (
+from tests.support.fsx import (
     SHARDED_SPECS,
     SPECS,
     ArraySpec,

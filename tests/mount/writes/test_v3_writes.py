@@ -1,5 +1,5 @@
 """Zarr v3 arrays (sharded or not) written through a real mount, checked with zarr-python 3
-and tensorstore (tests/oracles.py: two independent readers).
+and tensorstore (tests/support/oracles.py: two independent readers).
 
 array.raw of a v3 array is little-endian whatever the ``bytes`` codec's endian; chunks
 written back keep the array's own codec chain, so other Zarr readers read them.
@@ -17,8 +17,8 @@ import pytest
 import zarr
 from zarr.codecs import BytesCodec, GzipCodec, TransposeCodec
 
-from tests.mounting import mounted, zarrfs_command
-from tests.oracles import assert_store_holds
+from tests.support.mounting import mounted, zarrfs_command
+from tests.support.oracles import assert_store_holds
 
 pytestmark = pytest.mark.mount
 

@@ -48,7 +48,7 @@ import pytest
 import zarr
 from numcodecs import Blosc, Zlib
 
-from tests.mounting import Mounted, mounted, zarrfs_command
+from tests.support.mounting import Mounted, mounted, zarrfs_command
 
 pytestmark = pytest.mark.mount
 

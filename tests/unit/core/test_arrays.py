@@ -13,7 +13,7 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.stores import CountingStore
+from tests.support.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack

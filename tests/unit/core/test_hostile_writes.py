@@ -16,7 +16,7 @@ import pytest
 import trio
 import zarr
 
-from tests.mounting import memory_cap
+from tests.support.mounting import memory_cap
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack

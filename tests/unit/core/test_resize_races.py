@@ -15,7 +15,7 @@ import pytest
 import trio
 import zarr
 
-from tests.stores import CountingStore
+from tests.support.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack

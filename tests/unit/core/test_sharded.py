@@ -16,7 +16,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.stores import CountingStore
+from tests.support.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.staging import stage_unit

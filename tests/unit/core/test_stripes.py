@@ -25,8 +25,8 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.mounting import mounted
-from tests.test_read_ahead import make_ops, open_raw
+from tests.support.handlers import make_ops, open_raw
+from tests.support.mounting import mounted
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.read.reading import assemble
 from zarrfs.core.read.stripes import _Assembly

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.test_write_batches import (
+from tests.support.batches import (
     CHUNK,
     FlakyStore,
     make,

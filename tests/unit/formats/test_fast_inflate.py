@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numcodecs.compat import ensure_contiguous_ndarray
 
-from tests import test_corpus as corpus_tests  # not its tests by name: pytest would run them here
+from tests.support.corpus import assert_store_reads_back, stores
 from zarrfs.formats.codecs import bounded, inflate
 from zarrfs.formats.codecs.pipeline import CodecPipeline, size_bound
 
@@ -288,7 +288,7 @@ def test_random_streams_decode_as_the_reference(
 def _deflated_stores(corpus: Path) -> list[str]:
     """The corpus stores whose metadata names zlib or gzip somewhere."""
     found = []
-    for root in corpus_tests.stores():
+    for root in stores():
         for path in (corpus / "data" / root).rglob("*"):
             if path.name in {".zarray", "zarr.json", "meta", "__zmeta__"} and path.is_file():
                 text = path.read_text(errors="replace")
@@ -318,7 +318,7 @@ def test_corpus_chunks_decode_as_the_reference(
     assert len(roots) >= 5
     with counted() as counts:  # reading checks each array's SHA-256, decoded the fast way
         for root in roots:
-            corpus_tests.test_corpus_handlers(root, corpus)
+            assert_store_reads_back(root)
     assert counts["fast"] >= 0.9 * (counts["fast"] + counts["handed back"]), counts
     assert len(calls) >= 100, len(calls)
     fast = 0

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.mounting import mounted, peak_rss, zarrfs_command
-from tests.stores import v2_zarray
+from tests.support.mounting import mounted, peak_rss, zarrfs_command
+from tests.support.stores import v2_zarray
 from zarrfs.errors import MetadataError
 from zarrfs.formats.limits import MAX_JSON_DEPTH, check_depth, clip
 from zarrfs.formats.metadata.consolidated import parse_consolidated

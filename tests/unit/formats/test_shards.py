@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numcodecs.checksum32 import CRC32C
 
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 from zarrfs.errors import MetadataError
 from zarrfs.formats.grid.shards import (
     EMPTY,

@@ -17,7 +17,7 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 from zarrfs.errors import MetadataError, UnsupportedError
 from zarrfs.formats.codecs.v3 import (
     ArrayFilter,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 from zarrfs.errors import MetadataError
 from zarrfs.formats.limits import MAX_ITEMSIZE
 from zarrfs.formats.metadata.dtypes import parse_dtype

@@ -32,9 +32,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.mounting import memory_cap
-from tests.stores import run_promptly
-from tests.test_enospc import tiny_tmpfs
+from tests.support.mounting import memory_cap
+from tests.support.stores import run_promptly
+from tests.support.tmpfs import tiny_tmpfs
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import directory
 from zarrfs.stores.directory import TEMP_MARKER, DirectoryStore

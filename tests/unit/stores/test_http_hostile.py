@@ -1,7 +1,8 @@
-"""HttpStore (zarrfs/stores/http.py) against hostile servers (tests/http_server.py's
+"""HttpStore (zarrfs/stores/http.py) against hostile servers (tests/support/http_server.py's
 MODES): each read ends in bounded time and memory with the right bytes or one
 StoreError in one line, never with wrong bytes. Bounds are shortened here (a
-budget of about a second); tests/test_http_hostile_mount.py proves the default one."""
+budget of about a second); tests/mount/remote/test_http_hostile_mount.py proves the
+default one."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from typing import TypeVar
 
 import pytest
 
-from tests.http_server import HttpServer, http_server_fixture, serve  # noqa: F401 - registers it
-from tests.mounting import memory_cap
+from tests.support.http_server import HttpServer, serve
+from tests.support.mounting import memory_cap
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import http, httpwire
 from zarrfs.stores.http import HttpStore

@@ -1,5 +1,6 @@
 """HttpStore (zarrfs/stores/http.py) against a local HTTP server with Range support
-(tests/http_server.py), directly and through a fault proxy (tests/fault_proxy.py)."""
+(tests/support/http_server.py), directly and through a fault proxy
+(tests/support/fault_proxy.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.fault_proxy import FaultProxy, fault_proxy_fixture  # noqa: F401 - registers it
-from tests.http_server import HttpServer, http_server_fixture, serve  # noqa: F401 - the same
-from tests.store_contract import RANGES, VALUES, MakeStore, StoreContract
+from tests.support.fault_proxy import FaultProxy
+from tests.support.http_server import HttpServer, serve
+from tests.support.store_contract import RANGES, VALUES, MakeStore, StoreContract
 from zarrfs.errors import InvalidValueError, ReadOnlyError, StoreError
 from zarrfs.stores.base import Listing, resolve_range
 from zarrfs.stores.http import HttpStore

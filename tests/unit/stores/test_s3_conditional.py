@@ -8,32 +8,16 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import zarr
 
-from tests.mounting import mounted
+from tests.support.mounting import mounted
+from tests.support.servers import Bucket, LoopbackS3, put_file
 from zarrfs.errors import StoreError
 from zarrfs.stores.s3 import S3Store
 from zarrfs.stores.s3_versions import UNKNOWN, Versions, digest_of
-
-if TYPE_CHECKING:
-    from tests.servers import Bucket, LoopbackS3
-
-pytest_plugins = ("tests.servers",)
-
-
-def put_file(root: Path, key: str, value: bytes) -> None:
-    """Another writer: the object replaced behind the store's back (a new inode, so
-    a new ETag)."""
-    path = root / key
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".new")
-    temp.write_bytes(value)
-    os.replace(temp, path)
 
 
 @pytest.fixture

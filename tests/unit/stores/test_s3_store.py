@@ -11,26 +11,18 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import trio
 import zarr
 
-from tests.store_contract import MakeStore, StoreContract
+from tests.support.servers import AuthServer, Bucket, FlakyServer, free_port, isolate_aws
+from tests.support.store_contract import MakeStore, StoreContract
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.namespace.tree import FileNode, Tree
 from zarrfs.stores.s3 import S3Store
-
-if TYPE_CHECKING:
-    # Only for annotations: tests.servers is loaded as a plugin (pytest_plugins),
-    # and importing it here first would keep pytest from rewriting its asserts.
-    from tests.servers import AuthServer, Bucket, FlakyServer
-
-# The fixtures s3_server, s3_bucket, s3_auth_server and flaky_s3.
-pytest_plugins = ("tests.servers",)
 
 PREFIX = "data/root"
 
@@ -309,8 +301,6 @@ def test_retries_are_bounded(flaky_s3: FlakyServer) -> None:
 
 
 def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from tests.servers import free_port, isolate_aws
-
     isolate_aws(monkeypatch, tmp_path, f"http://127.0.0.1:{free_port()}")
     store = S3Store("s3://bucket")
     started = time.monotonic()
@@ -333,8 +323,6 @@ def test_bad_urls(url: str) -> None:
 @pytest.mark.parametrize("endpoint", ["::bad", "127.0.0.1:9000", "ftp://host", "http://"])
 def test_bad_endpoints(endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Refused at construction: object_store would panic at every request."""
-    from tests.servers import isolate_aws
-
     isolate_aws(monkeypatch, tmp_path, endpoint)
     with pytest.raises(StoreError) as caught:
         S3Store("s3://bucket")

@@ -1,4 +1,4 @@
-"""The Store contract (tests/store_contract.py) run against the directory store;
+"""The Store contract (tests/support/store_contract.py) run against the directory store;
 every other store's test module runs it against its own."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store_contract import MakeStore, StoreContract
+from tests.support.store_contract import MakeStore, StoreContract
 from zarrfs.stores.directory import DirectoryStore
 
 

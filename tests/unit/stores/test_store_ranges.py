@@ -29,8 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.mounting import memory_cap
-from tests.stores import CountingStore, run_promptly
+from tests.support.mounting import memory_cap
+from tests.support.stores import CountingStore, run_promptly
 from zarrfs.errors import InvalidValueError
 from zarrfs.stores import directory
 from zarrfs.stores.base import RANGE_LIMIT, Listing, Store

@@ -1,8 +1,8 @@
 """Hostile zip archives, member by member, through the store (zarrfs/stores/zipstore.py,
-zarrfs/stores/zipindex.py); tests/test_zip_hostile_mount.py takes the same archives
-through a mount, ``zarrfs check`` and ``zarrfs tree``.
+zarrfs/stores/zipindex.py); tests/mount/faults/test_zip_hostile_mount.py takes the same
+archives through a mount, ``zarrfs check`` and ``zarrfs tree``.
 
-Each archive is built byte by byte here (``build``), so that every field can lie:
+Each archive is built byte by byte (tests/support/zips.py), so that every field can lie:
 declared sizes, CRCs, offsets, zip64 fields, comments. What the store must do:
 
 - members whose data overlap the next local header are refused (they are how a
@@ -16,132 +16,32 @@ declared sizes, CRCs, offsets, zip64 fields, comments. What the store must do:
 
 from __future__ import annotations
 
-import bz2
 import os
 import struct
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.zips import (
+    BZIP2,
+    CENTRAL,
+    DEFLATED,
+    END,
+    LOCAL,
+    Entry,
+    build,
+    central_only,
+    deflated_zeros,
+    member,
+    zeros_crc,
+)
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import zipindex, zipstore
 from zarrfs.stores.zipstore import ZipStore
-
-STORED, DEFLATED, BZIP2 = 0, 8, 12
-_LOCAL = struct.Struct("<4s2B4HL2L2H")
-_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
-_END = struct.Struct("<4s4H2LH")
-_FULL32 = 0xFFFFFFFF
-
-
-@dataclass
-class Entry:
-    """One member as the archive declares it. ``data`` is what is stored; the other
-    fields default to the truth about it (``value``: the bytes it inflates to)."""
-
-    name: str
-    data: bytes
-    method: int = STORED
-    size: int | None = None  # declared uncompressed size
-    crc: int | None = None
-    compressed: int | None = None  # declared compressed size
-    flags: int = 0
-    zip64: bool = False  # sizes and offset in a zip64 extra field of the central entry
-    offset: int | None = None  # where the central entry says its local header is
-    local: bool = True  # write a local header and data (False: a central entry only)
-    comment: int = 0  # bytes of comment after the central entry (written as a hole)
-
-
-def member(name: str, value: bytes, method: int = STORED, **fields: object) -> Entry:
-    """An honest member holding ``value``; ``fields`` override what it declares."""
-    if method == DEFLATED:
-        compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-        data = compressor.compress(value) + compressor.flush()
-    elif method == BZIP2:
-        data = bz2.compress(value, 9)
-    else:
-        data = value
-    entry = Entry(name, data, method, len(value), zlib.crc32(value))
-    for key, value_ in fields.items():
-        setattr(entry, key, value_)
-    return entry
-
-
-def deflated_zeros(mib: int) -> bytes:
-    """A raw deflate stream of ``mib`` MiB of zeros (about 1 KiB per MiB)."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-    zeros = bytes(1 << 20)
-    return b"".join(compressor.compress(zeros) for _ in range(mib)) + compressor.flush()
-
-
-def zeros_crc(nbytes: int) -> int:
-    crc, zeros = 0, bytes(1 << 20)
-    for start in range(0, nbytes, len(zeros)):
-        crc = zlib.crc32(zeros[: min(len(zeros), nbytes - start)], crc)
-    return crc
-
-
-def local_header(entry: Entry) -> bytes:
-    """The local header ``build`` writes before the entry's data, its name included."""
-    name = entry.name.encode()
-    crc = zlib.crc32(entry.data) if entry.crc is None else entry.crc
-    size = len(entry.data) if entry.size is None else entry.size
-    header = _LOCAL.pack(
-        b"PK\x03\x04", 20, 0, entry.flags, entry.method, 0, 0x21, crc & _FULL32,
-        len(entry.data) & _FULL32, size & _FULL32, len(name), 0,
-    )  # fmt: skip
-    return header + name
-
-
-def build(path: Path, entries: list[Entry], *, declared_members: int | None = None) -> Path:
-    """The archive: local headers and data in order, then the central directory (with
-    holes for comments: a sparse file), then the end record."""
-    offsets = []
-    with open(path, "wb") as f:
-        for entry in entries:
-            offsets.append(f.tell())
-            if not entry.local:
-                continue
-            f.write(local_header(entry) + entry.data)
-        start = f.tell()
-        for entry, offset in zip(entries, offsets):
-            name = entry.name.encode()
-            crc = zlib.crc32(entry.data) if entry.crc is None else entry.crc
-            size = len(entry.data) if entry.size is None else entry.size
-            compressed = len(entry.data) if entry.compressed is None else entry.compressed
-            offset = offset if entry.offset is None else entry.offset
-            extra = b""
-            if entry.zip64:
-                extra = struct.pack("<HH3Q", 1, 24, size, compressed, offset)
-                size = compressed = offset = _FULL32
-            fields = (entry.flags, entry.method, 0, 0x21, crc & _FULL32, compressed, size)
-            lengths = (len(name), len(extra), entry.comment)
-            header = _CENTRAL.pack(b"PK\x01\x02", 20, 3, 20, 0, *fields, *lengths, 0, 0, 0, offset)
-            f.write(header + name + extra)
-            if entry.comment:
-                f.seek(entry.comment, os.SEEK_CUR)
-        directory = f.tell() - start
-        count = len(entries) if declared_members is None else declared_members
-        f.write(_END.pack(b"PK\x05\x06", 0, 0, count, count, directory, start, 0))
-    return path
-
-
-@pytest.fixture
-def opened() -> Iterator[Callable[[Path], ZipStore]]:
-    stores: list[ZipStore] = []
-
-    def make(path: Path) -> ZipStore:
-        stores.append(ZipStore(str(path)))
-        return stores[-1]
-
-    yield make
-    for store in stores:
-        store.close()
 
 
 def test_the_builder_writes_what_zipfile_reads(tmp_path: Path) -> None:
@@ -162,7 +62,7 @@ def test_the_builder_writes_what_zipfile_reads(tmp_path: Path) -> None:
 
 
 def test_a_member_overlapping_the_next_is_refused(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     """ "a" declared 33 bytes longer, into the local header of "b/0", with the CRC of
     those bytes: a reader that does not check returns "b/0"'s header as "a"'s value."""
@@ -175,7 +75,7 @@ def test_a_member_overlapping_the_next_is_refused(
         tmp_path / "overlap.zip",
         [member("a", a, size=64, compressed=64, crc=zlib.crc32(overlapped)), member("b/0", b)],
     )
-    store = opened(path)
+    store = open_zip(path)
     for read in (store.get, lambda k: store.get_range(k, 0, 4), store.get_buffer):
         with pytest.raises(InvalidValueError, match="overlaps the next member"):
             read("a")
@@ -184,12 +84,12 @@ def test_a_member_overlapping_the_next_is_refused(
 
 
 def test_a_member_quoting_another_is_refused_the_quoted_one_read(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     """The overlap of the zip bombs that quote themselves: the central directory
     names a member whose local header lies inside another member's data."""
     inner = member("in", b"inner value")
-    inner_bytes = _LOCAL.pack(
+    inner_bytes = LOCAL.pack(
         b"PK\x03\x04", 20, 0, 0, 0, 0, 0x21, inner.crc or 0, 11, 11, 2, 0
     ) + b"in" + inner.data  # fmt: skip
     outer_value = b"head" + inner_bytes + b"tail"
@@ -201,7 +101,7 @@ def test_a_member_quoting_another_is_refused_the_quoted_one_read(
     struct.pack_into("<3L", data, central + 16, inner.crc or 0, 11, 11)
     struct.pack_into("<L", data, central + 42, 30 + 3 + 4)
     path.write_bytes(bytes(data))
-    store = opened(path)
+    store = open_zip(path)
     assert store.get("in") == b"inner value"
     with pytest.raises(InvalidValueError, match="overlaps"):
         store.get("out")
@@ -211,7 +111,7 @@ def test_a_member_quoting_another_is_refused_the_quoted_one_read(
 
 
 def test_a_range_far_into_a_compressed_member_is_refused_unread(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A member declaring 1 TiB (a zip64 size; its stream is 1 MiB of zeros): a suffix
     read (a shard index at the end) would inflate all it holds, each read again, for
@@ -221,7 +121,7 @@ def test_a_range_far_into_a_compressed_member_is_refused_unread(
         tmp_path / "far.zip",
         [Entry("s", stream, DEFLATED, size=1 << 40, crc=0, zip64=True), member("ok", b"fine")],
     )
-    store = opened(path)
+    store = open_zip(path)
     assert store.size("s") == 1 << 40
     assert store.get_range("s", 0, 16) == bytes(16)  # the start is within reach
     monkeypatch.setattr(os, "pread", lambda *args: pytest.fail("read"))
@@ -233,7 +133,7 @@ def test_a_range_far_into_a_compressed_member_is_refused_unread(
 
 
 def test_a_bomb_declared_small_stops_at_its_declared_size(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     """64 MiB of zeros declared as 4096 bytes with the CRC of all of them: inflated
     no further than 4096 bytes, whose CRC then fails."""
@@ -245,14 +145,14 @@ def test_a_bomb_declared_small_stops_at_its_declared_size(
     tracemalloc.start()
     try:
         with pytest.raises(InvalidValueError, match="CRC"):
-            opened(path).get("b", limit=8192)
+            open_zip(path).get("b", limit=8192)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, peak
 
 
-def test_lying_zip64_fields(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_lying_zip64_fields(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     value = b"v" * 100
     path = build(
         tmp_path / "z64.zip",
@@ -263,7 +163,7 @@ def test_lying_zip64_fields(tmp_path: Path, opened: Callable[[Path], ZipStore]) 
             member("ok", value, zip64=True),
         ],
     )
-    store = opened(path)
+    store = open_zip(path)
     assert store.get("ok") == value
     with pytest.raises(InvalidValueError, match="limit"):
         store.get("huge", limit=1 << 20)
@@ -276,15 +176,8 @@ def test_lying_zip64_fields(tmp_path: Path, opened: Callable[[Path], ZipStore]) 
 # -- the central directory ----------------------------------------------------------------
 
 
-def central_only(path: Path, count: int, comment: int) -> Path:
-    """``count`` central entries of empty stored members, each followed by a comment of
-    ``comment`` bytes written as a hole: a directory of gigabytes costing nothing on disk."""
-    entries = [member(f"k/{i}", b"", comment=comment) for i in range(count)]
-    return build(path, entries)
-
-
 def test_comments_are_skipped_unread(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = central_only(tmp_path / "comments.zip", 1000, 0xFFFF)  # 64 MiB of comments
     read: list[int] = []
@@ -296,28 +189,28 @@ def test_comments_are_skipped_unread(
         return data
 
     monkeypatch.setattr(os, "pread", counting)
-    store = opened(path)
+    store = open_zip(path)
     assert len(store.list_dir("k").keys) == 1000
     assert sum(read) < 8 << 20, sum(read)  # of 64 MiB
 
 
 def test_a_central_directory_over_the_bound_is_refused_at_once(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     count = zipindex.MAX_DIRECTORY // (46 + 5 + 0xFFFF) + 1
     path = central_only(tmp_path / "huge.zip", count, 0xFFFF)
     assert path.stat().st_size > zipindex.MAX_DIRECTORY
     start = time.monotonic()
     with pytest.raises(StoreError, match=r"central directory of \d+ bytes, more than"):
-        opened(path)
+        open_zip(path)
     assert time.monotonic() - start < 1
 
 
 def test_a_lying_member_count_is_refused_at_once(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     path = build(tmp_path / "count.zip", [member("a", b"x")], declared_members=0xFFFF)
-    assert opened(path).get("a") == b"x"  # a 16-bit count is no bound: entries are counted
+    assert open_zip(path).get("a") == b"x"  # a 16-bit count is no bound: entries are counted
     data = bytearray(path.read_bytes())
     end = data.rindex(b"PK\x05\x06")
     locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, end, 1)
@@ -327,7 +220,7 @@ def test_a_lying_member_count_is_refused_at_once(
     )  # fmt: skip
     path.write_bytes(bytes(data[:end]) + record + locator + bytes(data[end:]))
     with pytest.raises(StoreError, match=f"{1 << 40} members, more than"):
-        opened(path)
+        open_zip(path)
 
 
 def many_members(path: Path, count: int) -> Path:
@@ -338,13 +231,13 @@ def many_members(path: Path, count: int) -> Path:
         name, value = f"c/{i}".encode(), bytes([i % 251])
         crc = zlib.crc32(value)
         offset = len(local)
-        local += _LOCAL.pack(b"PK\x03\x04", 20, 0, 0, 0, 0, 0x21, crc, 1, 1, len(name), 0)
+        local += LOCAL.pack(b"PK\x03\x04", 20, 0, 0, 0, 0, 0x21, crc, 1, 1, len(name), 0)
         local += name + value
-        central += _CENTRAL.pack(
+        central += CENTRAL.pack(
             b"PK\x01\x02", 20, 3, 20, 0, 0, 0, 0, 0x21, crc, 1, 1, len(name), 0, 0, 0, 0, 0,
             offset,
         ) + name  # fmt: skip
-    end = _END.pack(b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, len(central), len(local), 0)
+    end = END.pack(b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, len(central), len(local), 0)
     path.write_bytes(bytes(local + central) + end)
     return path
 

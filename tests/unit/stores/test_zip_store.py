@@ -28,7 +28,7 @@ import tracemalloc
 import warnings
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,8 @@ import pytest
 import trio
 import zarr
 
-from tests.store_contract import VALUES, MakeStore, StoreContract
+from tests.support.store_contract import VALUES, MakeStore, StoreContract
+from tests.support.zips import patch_central
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.read.reading import read_array_bytes
 from zarrfs.errors import ChunkError, InvalidValueError, ReadOnlyError, StoreError
@@ -84,26 +85,12 @@ def write_zip(
     return path
 
 
-@pytest.fixture
-def opened() -> Iterator[Callable[[Path], ZipStore]]:
-    """ZipStore factory; every store it made is closed after the test."""
-    stores: list[ZipStore] = []
-
-    def make(path: Path) -> ZipStore:
-        stores.append(ZipStore(str(path)))
-        return stores[-1]
-
-    yield make
-    for store in stores:
-        store.close()
-
-
 class TestZipStore(StoreContract):
     WRITABLE = False
 
     @pytest.fixture(params=[*COMPRESSIONS, "zip64-stored", "zip64-deflated"])
     def make_store(
-        self, request: pytest.FixtureRequest, tmp_path: Path, opened: Callable[[Path], ZipStore]
+        self, request: pytest.FixtureRequest, tmp_path: Path, open_zip: Callable[[Path], ZipStore]
     ) -> MakeStore:
         kind: str = request.param
         zip64 = kind.startswith("zip64-")
@@ -114,7 +101,7 @@ class TestZipStore(StoreContract):
             if zip64:
                 data = path.read_bytes()
                 assert b"PK\x06\x06" in data and b"PK\x06\x07" in data  # zip64 end records
-            return opened(path)
+            return open_zip(path)
 
         return make
 
@@ -150,14 +137,14 @@ def written_by_zarr(path: Path, zarr_format: int, compression: int) -> np.ndarra
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_archives_zarr_python_writes(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], zarr_format: int, compression: int
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], zarr_format: int, compression: int
 ) -> None:
     path = tmp_path / "z.zip"
     data = written_by_zarr(path, zarr_format, compression)
     members = every_member(path)
     with zipfile.ZipFile(path) as archive:
         assert len(archive.namelist()) == len(members) + 1  # one duplicate
-    store = opened(path)
+    store = open_zip(path)
     for key, value in members.items():
         assert store.get(key) == value, key
         assert store.size(key) == len(value) and store.contains(key)
@@ -177,10 +164,10 @@ def test_archives_zarr_python_writes(
     assert bytes(got) == data.tobytes()
 
 
-def test_a_bad_chunk_is_a_chunk_error(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_a_bad_chunk_is_a_chunk_error(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     path = tmp_path / "z.zip"
     written_by_zarr(path, 2, zipfile.ZIP_STORED)
-    store = opened(corrupt_member(path, "a/0.0"))
+    store = open_zip(corrupt_member(path, "a/0.0"))
     with pytest.raises(InvalidValueError, match="CRC"):
         store.get("a/0.0")
     meta = parse_array("a", store.get("a/.zarray") or b"", None)
@@ -210,10 +197,10 @@ def member_span(path: Path, name: str) -> tuple[int, int, int]:
 
 
 def test_a_stored_member_is_read_by_preads_of_its_own_bytes(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_zip(tmp_path / "s.zip", {"x": b"before", "a/0.0": VALUES["a/0.0"], "y": b"after"})
-    store = opened(path)
+    store = open_zip(path)
     header, data, end = member_span(path, "a/0.0")
     reads: list[tuple[int, int]] = []
     pread = os.pread
@@ -241,7 +228,7 @@ def test_a_stored_member_is_read_by_preads_of_its_own_bytes(
 
 
 def test_local_extra_field_differs_from_central(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     """force_zip64 puts a zip64 extra field in the local header only: the data
     starts after the local header's own extra field."""
@@ -252,7 +239,7 @@ def test_local_extra_field_differs_from_central(
         info = archive.getinfo("k")
     header, data, _ = member_span(path, "k")
     assert data - header - 30 - 1 > len(info.extra)
-    assert opened(path).get("k") == b"value"
+    assert open_zip(path).get("k") == b"value"
 
 
 # -- bad archives fail at construction -------------------------------------------------
@@ -305,39 +292,22 @@ def test_too_many_members_are_refused(tmp_path: Path, monkeypatch: pytest.Monkey
 
 @pytest.mark.parametrize("zip64", [False, True], ids=["zip32", "zip64"])
 def test_empty_archive_comment_and_prepended_data(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], zip64: bool
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], zip64: bool
 ) -> None:
-    empty = opened(write_zip(tmp_path / "e.zip", {}, zip64=zip64))
+    empty = open_zip(write_zip(tmp_path / "e.zip", {}, zip64=zip64))
     assert empty.list_dir("") == zipstore.Listing((), ()) and not list(empty.scan(""))
     comment = b"a comment after the end record" * 100
     path = write_zip(tmp_path / "z.zip", VALUES, zipfile.ZIP_DEFLATED, zip64=zip64, comment=comment)
     assert path.read_bytes().endswith(comment)
     assert (b"PK\x06\x06" in path.read_bytes()) == zip64
-    assert opened(path).get("a/0.0") == VALUES["a/0.0"]
+    assert open_zip(path).get("a/0.0") == VALUES["a/0.0"]
     # as a self-extracting archive: the offsets count from after the prefix
     (tmp_path / "sfx.zip").write_bytes(b"#!/bin/sh\nexit 0\n" * 100 + path.read_bytes())
-    store = opened(tmp_path / "sfx.zip")
+    store = open_zip(tmp_path / "sfx.zip")
     assert {key: store.get(key) for key in VALUES} == VALUES
 
 
 # -- bad members are bad values ----------------------------------------------------------
-
-
-def patch_central(path: Path, name: str, offset: int, value: bytes) -> Path:
-    """Overwrite bytes at ``offset`` of the (last) central directory entry of ``name``."""
-    data = bytearray(path.read_bytes())
-    end = data.rindex(b"PK\x05\x06")
-    count, _, at = struct.unpack_from("<H2L", data, end + 10)
-    found = None
-    for _ in range(count):
-        lengths = struct.unpack_from("<3H", data, at + 28)
-        if data[at + 46 : at + 46 + lengths[0]] == name.encode():
-            found = at
-        at += 46 + sum(lengths)
-    assert found is not None, name
-    data[found + offset : found + offset + len(value)] = value
-    path.write_bytes(data)
-    return path
 
 
 def corrupt_member(path: Path, name: str) -> Path:
@@ -349,10 +319,10 @@ def corrupt_member(path: Path, name: str) -> Path:
 
 @pytest.mark.parametrize("kind", list(COMPRESSIONS))
 def test_a_bad_crc_is_an_invalid_value(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], kind: str
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], kind: str
 ) -> None:
     path = write_zip(tmp_path / "z.zip", VALUES, COMPRESSIONS[kind])
-    store = opened(corrupt_member(path, "a/0.0"))
+    store = open_zip(corrupt_member(path, "a/0.0"))
     with pytest.raises(InvalidValueError, match="CRC"):
         store.get("a/0.0")
     # a whole-value range is checked too (it inflates to the end); a part cannot be
@@ -365,7 +335,7 @@ def test_a_bad_crc_is_an_invalid_value(
 
 @pytest.mark.parametrize("kind", ["deflated", "bzip2", "lzma"])
 def test_corrupt_or_truncated_compressed_data(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], kind: str
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], kind: str
 ) -> None:
     value = np.random.default_rng(2).bytes(50_000)
     path = write_zip(tmp_path / "z.zip", {"k": value, "after": b"x"}, COMPRESSIONS[kind])
@@ -374,20 +344,20 @@ def test_corrupt_or_truncated_compressed_data(
     garbled = whole[: data + 20] + bytes(100) + whole[data + 120 :]
     (tmp_path / "garbled.zip").write_bytes(garbled)
     with pytest.raises(InvalidValueError, match=r"corrupt|CRC"):
-        opened(tmp_path / "garbled.zip").get("k")
+        open_zip(tmp_path / "garbled.zip").get("k")
     # the declared compressed size cut short: the stream ends before the value does
     with zipfile.ZipFile(path) as archive:
         compressed = archive.getinfo("k").compress_size
     short = patch_central(path, "k", 20, struct.pack("<L", compressed // 2))
     with pytest.raises(InvalidValueError, match="ends after"):
-        opened(short).get("k")
+        open_zip(short).get("k")
 
 
 def test_declared_size_over_the_limit_is_refused_before_reading(
-    tmp_path: Path, opened: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_zip(tmp_path / "z.zip", VALUES, zipfile.ZIP_DEFLATED)
-    store = opened(path)
+    store = open_zip(path)
     monkeypatch.setattr(os, "pread", lambda *args: pytest.fail("read"))
     with pytest.raises(InvalidValueError, match="limit"):
         store.get("a/0.0", limit=1023)
@@ -411,7 +381,7 @@ def deflated_member(path: Path, stream: bytes, size: int, crc: int) -> Path:
 
 
 def test_a_bomb_is_inflated_in_bounded_steps(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     """64 MiB of zeros deflate to 64 KiB. Declared as 1000 bytes (with their CRC),
     those are the value and nothing past them is inflated; declared whole, a read
@@ -420,11 +390,11 @@ def test_a_bomb_is_inflated_in_bounded_steps(
     compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
     stream = b"".join(compressor.compress(bytes(1 << 20)) for _ in range(whole >> 20))
     stream += compressor.flush()
-    short = opened(deflated_member(tmp_path / "short.zip", stream, 1000, zlib.crc32(bytes(1000))))
+    short = open_zip(deflated_member(tmp_path / "short.zip", stream, 1000, zlib.crc32(bytes(1000))))
     crc = 0
     for _ in range(whole >> 20):
         crc = zlib.crc32(bytes(1 << 20), crc)
-    bomb = opened(deflated_member(tmp_path / "bomb.zip", stream, whole, crc))
+    bomb = open_zip(deflated_member(tmp_path / "bomb.zip", stream, whole, crc))
     tracemalloc.start()
     try:
         assert short.get("bomb") == bytes(1000) and short.size("bomb") == 1000
@@ -439,12 +409,12 @@ def test_a_bomb_is_inflated_in_bounded_steps(
 
 
 def test_encrypted_and_unknown_methods_are_refused(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     path = write_zip(tmp_path / "z.zip", VALUES)
     patch_central(path, "a/0.0", 8, struct.pack("<H", 1))  # flag: encrypted
     patch_central(path, "z.json", 10, struct.pack("<H", 93))  # method: zstd
-    store = opened(path)
+    store = open_zip(path)
     for key, reason in (("a/0.0", "encrypted member"), ("z.json", r"method 93 \(zstd\)")):
         assert store.contains(key)
         for read in (store.get, store.size, lambda k: store.get_range(k, 0, 1)):
@@ -457,18 +427,18 @@ def test_encrypted_and_unknown_methods_are_refused(
 
 
 def test_an_entry_pointing_at_another_members_header(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     path = write_zip(tmp_path / "z.zip", {"first": b"secret", "second": b"value"})
     patch_central(path, "second", 42, struct.pack("<L", 0))  # the header of "first"
     with pytest.raises(InvalidValueError, match="another member"):
-        opened(path).get("second")
+        open_zip(path).get("second")
     patch_central(path, "second", 42, struct.pack("<L", 3))  # no header at all
     with pytest.raises(InvalidValueError, match="no local header"):
-        opened(path).get("second")
+        open_zip(path).get("second")
     patch_central(path, "second", 42, struct.pack("<L", 1 << 31))  # past the end
     with pytest.raises(InvalidValueError):
-        opened(path).get_range("second", 0, 1)
+        open_zip(path).get_range("second", 0, 1)
 
 
 # -- names --------------------------------------------------------------------------------
@@ -487,10 +457,10 @@ HOSTILE = [
 ]
 
 
-def test_hostile_names_are_no_keys(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_hostile_names_are_no_keys(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     values = {name: b"hostile" for name in HOSTILE}
     values["a/ok"] = b"ok"
-    store = opened(write_zip(tmp_path / "z.zip", values))
+    store = open_zip(write_zip(tmp_path / "z.zip", values))
     assert dict(store.scan("")) == {"a/ok": 2}
     assert store.list_dir("") == zipstore.Listing((), ("a",))
     assert store.list_dir("a") == zipstore.Listing(("ok",), ())
@@ -502,7 +472,7 @@ def test_hostile_names_are_no_keys(tmp_path: Path, opened: Callable[[Path], ZipS
 
 
 def test_directory_entries_duplicates_and_shadowed_keys(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     path = tmp_path / "z.zip"
     with warnings.catch_warnings():
@@ -514,7 +484,7 @@ def test_directory_entries_duplicates_and_shadowed_keys(
             archive.writestr("a/0", b"new")
             archive.writestr("b", b"shadowed by b/c")
             archive.writestr("b/c", b"c")
-    store = opened(path)
+    store = open_zip(path)
     assert store.get("a/0") == b"new" and store.size("a/0") == 3
     assert store.list_dir("") == zipstore.Listing((), ("a", "b", "empty"))
     assert store.list_dir("a") == zipstore.Listing(("0",), ())
@@ -525,12 +495,12 @@ def test_directory_entries_duplicates_and_shadowed_keys(
 
 
 def test_names_that_sort_around_a_prefix(
-    tmp_path: Path, opened: Callable[[Path], ZipStore]
+    tmp_path: Path, open_zip: Callable[[Path], ZipStore]
 ) -> None:
     """Names "a-1" and "a.b" sort between "a" and "a/": the skip over a prefix's names
     must not skip them."""
     names = ["a-1", "a.b", "a/x", "a/y/z", "a0", "a\u00e9", "b", "\u00e9/k"]
-    store = opened(write_zip(tmp_path / "z.zip", {n: n.encode() for n in names}))
+    store = open_zip(write_zip(tmp_path / "z.zip", {n: n.encode() for n in names}))
     assert store.list_dir("") == zipstore.Listing(
         ("a-1", "a.b", "a0", "a\u00e9", "b"), ("a", "\u00e9")
     )
@@ -541,9 +511,9 @@ def test_names_that_sort_around_a_prefix(
 # -- the rest ---------------------------------------------------------------------------
 
 
-def test_read_only_and_describe(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_read_only_and_describe(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     path = write_zip(tmp_path / "z.zip", VALUES)
-    store = opened(path)
+    store = open_zip(path)
     assert store.read_only and not store.remote and store.listable
     assert store.describe() == str(path)
     store.sync([])  # nothing to make durable
@@ -554,21 +524,21 @@ def test_read_only_and_describe(tmp_path: Path, opened: Callable[[Path], ZipStor
     assert path.read_bytes() == write_zip(tmp_path / "again.zip", VALUES).read_bytes()
 
 
-def test_mtime(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_mtime(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     path = write_zip(tmp_path / "z.zip", VALUES)
     patch_central(path, "z.json", 12, struct.pack("<2H", 0, 0))  # date 1980-00-00: invalid
     os.utime(path, (1_600_000_000, 1_600_000_000))
-    store = opened(path)
+    store = open_zip(path)
     assert store.mtime("a/0.0") == datetime(2021, 6, 7, 8, 9, 10).timestamp()
     assert store.mtime("z.json") == 1_600_000_000
     assert store.mtime("missing") is None and store.mtime("a") is None
 
 
-def test_concurrent_reads(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_concurrent_reads(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     rng = np.random.default_rng(4)
     values = {f"c/{i}": rng.bytes(int(rng.integers(0, 200_000))) for i in range(40)}
     stores = [
-        opened(write_zip(tmp_path / f"{kind}.zip", values, COMPRESSIONS[kind]))
+        open_zip(write_zip(tmp_path / f"{kind}.zip", values, COMPRESSIONS[kind]))
         for kind in ("stored", "deflated")
     ]
     failures: list[BaseException] = []
@@ -592,10 +562,10 @@ def test_concurrent_reads(tmp_path: Path, opened: Callable[[Path], ZipStore]) ->
     assert not failures, failures[0]
 
 
-def test_zarr_json_documents_survive(tmp_path: Path, opened: Callable[[Path], ZipStore]) -> None:
+def test_zarr_json_documents_survive(tmp_path: Path, open_zip: Callable[[Path], ZipStore]) -> None:
     """Non-ASCII names (zipfile flags them UTF-8) are keys as written."""
     group = json.dumps({"node_type": "group"}).encode()
     values = {"zarr.json": group, "gr\u00fcn/zarr.json": b"{}"}
-    store = opened(write_zip(tmp_path / "z.zip", values))
+    store = open_zip(write_zip(tmp_path / "z.zip", values))
     assert store.list_dir("").prefixes == ("gr\u00fcn",)
     assert store.get("gr\u00fcn/zarr.json") == b"{}"

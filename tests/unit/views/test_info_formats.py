@@ -8,7 +8,7 @@ from pathlib import Path
 
 import zarr
 
-from tests.test_info import (
+from tests.support.info import (
     METAS,
     assert_no_chunk_read,
     bytes_stored,
@@ -19,8 +19,8 @@ from tests.test_info import (
     meta_of,
     read_info,
     write_json,
-    zarray,
 )
+from tests.support.stores import v2_zarray as zarray
 from zarrfs.formats.metadata.v3 import parse_node
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.views.info import Stored, info_text, summarise

@@ -13,7 +13,7 @@ from typing import Any
 
 import zarr
 
-from tests.mounting import mounted
+from tests.support.mounting import mounted
 from zarrfs.formats.metadata.legacy import parse_v0_array, parse_v1_array
 from zarrfs.formats.metadata.v2 import parse_array, parse_group
 from zarrfs.formats.metadata.v3 import parse_node
