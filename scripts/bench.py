@@ -863,7 +863,7 @@ def sharded_read(b: Bench, data: np.ndarray, failures: list[str]) -> list[Result
             raw = sharded_raw(m, "sharded read")
             fs_rate = mb / dd(m, raw, "/dev/null")
             check_file(raw, data, "sharded read")
-    except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
+    except (BenchError, AssertionError, OSError) as e:  # AssertionError: mounting
         failures.append(f"zarrfs read: {e}")
         return []
     finally:
@@ -1229,7 +1229,7 @@ def s3_read_comparison(
                 fs_rates.append(mb / fs_time)
                 fs_usages.append(fs_cpu)
                 fs_text = f"{fs_rates[-1]:.1f} MiB/s"
-            except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
+            except (BenchError, AssertionError, OSError) as e:  # AssertionError: mounting
                 failures.append(f"zarrfs read ({server}): {e}")
                 failed = True
         print(f"  round {n + 1}: zarr-python z[:] {zp_rates[-1]:.1f} MiB/s; zarrfs dd {fs_text}")
@@ -1418,7 +1418,7 @@ def run(bench: Bench, names: list[str]) -> tuple[list[Result], dict[str, str]]:
         print(f"\n{name}")
         try:
             section = SECTIONS[name](bench)
-        except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
+        except (BenchError, AssertionError, OSError) as e:  # AssertionError: mounting
             errors[name] = str(e)
             print(f"  ERROR: {e}", file=sys.stderr)
             section = e.results if isinstance(e, BenchError) else []

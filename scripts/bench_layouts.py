@@ -392,7 +392,7 @@ def layouts(b: Bench) -> list[Result]:
         for codec in layout.codecs:
             try:
                 results += layout_case(b, layout, codec, data, failures, tensorstore)
-            except (BenchError, AssertionError, OSError) as e:  # AssertionError: tests.support.mounting
+            except (BenchError, AssertionError, OSError) as e:  # AssertionError: mounting
                 failures.append(f"{layout.name} v{layout.zarr_format} {codec}: {e}")
     try:
         ceiling, cpu, serving = fuse_ceiling(b, data.nbytes)
