@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -16,13 +14,12 @@ import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.consolidated import counting_tree, write_v2_hierarchy
 from tests.support.handlers import walk
-from tests.support.mounting import mounted
-from tests.support.stores import CountingStore, v2_zarray, write_v2_hierarchy
-from zarrfs.core.read.chunks import ChunkCache
+from tests.support.stores import v2_zarray
 from zarrfs.errors import MetadataError
 from zarrfs.formats.metadata.consolidated import dump_document, parse_consolidated, replace_entry
-from zarrfs.namespace.tree import FileNode, Tree
+from zarrfs.namespace.tree import FileNode
 
 ZARRAY = v2_zarray([4], [2])
 
@@ -30,11 +27,6 @@ ZARRAY = v2_zarray([4], [2])
 # What listing a v2 consolidated store reads: the root's zarr.json is looked for
 # first (absent here), then .zmetadata lists everything.
 ROOT_READS = {"zarr.json": 1, ".zmetadata": 1}
-
-
-def counting_tree(root: Path, *, consolidated: bool = True) -> tuple[Tree, CountingStore]:
-    store = CountingStore(str(root))
-    return Tree(store, ChunkCache(store, 2**20), consolidated=consolidated), store
 
 
 # -- parsing (pure) -------------------------------------------------------------------
@@ -294,46 +286,3 @@ def test_unusable_zmetadata_falls_back_to_listing(
     assert tree.consolidated is None
     assert [r for r in caplog.records if ".zmetadata" in r.getMessage()], caplog.text
     assert "a0" in tree.entries(tree.resolve("g0"))  # type: ignore[arg-type]
-
-
-# -- through a mount --------------------------------------------------------------------
-
-
-def test_mount_lists_from_zmetadata_and_no_consolidated_lists_the_store(tmp_path: Path) -> None:
-    root = tmp_path / "s.zarr"
-    write_v2_hierarchy(root, groups=2, arrays=3)
-    (root / "g1" / "late").mkdir()
-    (root / "g1" / "late" / ".zarray").write_text(json.dumps(ZARRAY))
-    with mounted(root, "--read-only") as m:
-        listing = subprocess.run(
-            ["ls", "-R", str(m.path)], capture_output=True, text=True, check=True
-        ).stdout
-        assert "a2" in listing and "late" not in listing
-        assert sorted(os.listdir(m / "g1")) == [".zgroup", "a0", "a1", "a2"]
-    with mounted(root, "--read-only", "--no-consolidated") as m:
-        assert "late" in os.listdir(m / "g1")
-
-
-def test_resize_through_the_mount_rewrites_zmetadata(tmp_path: Path) -> None:
-    root = tmp_path / "s.zarr"
-    group = zarr.open_group(str(root), mode="w", zarr_format=2)
-    arr = group.create_array("t", shape=(2, 3), chunks=(2, 3), dtype="<i8", fill_value=0)
-    arr[:] = np.arange(6).reshape(2, 3)
-    zarr.consolidate_metadata(str(root))
-    before = json.loads((root / ".zmetadata").read_bytes())
-    extra = np.arange(100, 109, dtype="<i8").reshape(3, 3)
-    with mounted(root) as m:
-        with open(m / "t" / "array.raw", "ab") as f:
-            f.write(extra.tobytes())
-        shown = json.loads((m / ".zmetadata").read_bytes())
-        assert shown["metadata"]["t/.zarray"]["shape"] == [5, 3]
-        assert json.loads((m / "t" / ".zarray").read_bytes())["shape"] == [5, 3]
-    after = json.loads((root / ".zmetadata").read_bytes())
-    assert after["metadata"]["t/.zarray"]["shape"] == [5, 3]
-    # Nothing else in the consolidated document changed.
-    after["metadata"]["t/.zarray"]["shape"] = [2, 3]
-    assert after == before
-    reopened = zarr.open_consolidated(str(root), zarr_format=2)
-    expected = np.concatenate([np.arange(6).reshape(2, 3), extra])
-    np.testing.assert_array_equal(reopened["t"][:], expected)
-    np.testing.assert_array_equal(zarr.open_array(str(root / "t"))[:], expected)

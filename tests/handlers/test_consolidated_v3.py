@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -15,57 +14,20 @@ import pytest
 import trio
 import zarr
 
+from tests.support.consolidated import (
+    ARRAY,
+    GROUP,
+    NESTED,
+    counting_tree,
+    hierarchy_entries,
+    root_document,
+    write_store,
+)
 from tests.support.handlers import walk
-from tests.support.mounting import mounted
-from tests.support.stores import CountingStore
-from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import parse_consolidated, parse_v3_consolidated
 from zarrfs.namespace.tree import DirNode, FileNode, Tree
-
-ARRAY = {
-    "zarr_format": 3,
-    "node_type": "array",
-    "shape": [4],
-    "data_type": "int32",
-    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
-    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-    "fill_value": 0,
-    "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-    "attributes": {},
-}
-GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {}}
-NESTED = {"kind": "inline", "must_understand": False, "metadata": {}}
-
-
-def root_document(entries: dict[str, object], **member: object) -> dict[str, object]:
-    consolidated = {"kind": "inline", "must_understand": False, "metadata": entries, **member}
-    return {**GROUP, "consolidated_metadata": consolidated}
-
-
-def write_store(root: Path, entries: dict[str, dict], **member: object) -> None:
-    """Every node of ``entries`` as its own zarr.json, and the root listing them."""
-    for path, doc in entries.items():
-        stored = {k: v for k, v in doc.items() if k != "consolidated_metadata"}
-        (root / path).mkdir(parents=True, exist_ok=True)
-        (root / path / "zarr.json").write_text(json.dumps(stored, indent=2))
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "zarr.json").write_text(json.dumps(root_document(entries, **member), indent=2))
-
-
-def hierarchy_entries(groups: int, arrays: int) -> dict[str, dict]:
-    entries: dict[str, dict] = {}
-    for g in range(groups):
-        entries[f"g{g}"] = {**GROUP, "consolidated_metadata": NESTED}
-        for a in range(arrays):
-            entries[f"g{g}/a{a}"] = ARRAY
-    return entries
-
-
-def counting_tree(root: Path, *, consolidated: bool = True) -> tuple[Tree, CountingStore]:
-    store = CountingStore(str(root))
-    return Tree(store, ChunkCache(store, 2**20), consolidated=consolidated), store
 
 
 def shown(tree: Tree, key: str) -> bytes:
@@ -304,24 +266,3 @@ def test_a_root_zarr_json_may_be_as_large_as_consolidated_metadata(
     monkeypatch.setattr(hierarchy, "ROOT_LIMIT", size - 1)
     with pytest.raises(InvalidValueError):
         counting_tree(root)
-
-
-# -- through a mount --------------------------------------------------------------------
-
-
-@pytest.mark.mount
-def test_mount_lists_from_the_root_zarr_json(tmp_path: Path) -> None:
-    root = tmp_path / "s.zarr"
-    write_store(root, hierarchy_entries(groups=2, arrays=3))
-    (root / "g1" / "late").mkdir()
-    (root / "g1" / "late" / "zarr.json").write_text(json.dumps(ARRAY))
-    with mounted(root, "--read-only", log_dir=tmp_path) as m:
-        listing = subprocess.run(
-            ["ls", "-R", str(m.path)], capture_output=True, text=True, check=True
-        ).stdout
-        assert "a2" in listing and "late" not in listing
-        assert sorted(os.listdir(m / "g1")) == ["a0", "a1", "a2", "zarr.json"]
-        assert (m / "zarr.json").read_bytes() == (root / "zarr.json").read_bytes()
-        assert os.stat(m / "g1" / "a0" / "array.raw").st_size == 16
-    with mounted(root, "--read-only", "--no-consolidated", log_dir=tmp_path) as m:
-        assert "late" in os.listdir(m / "g1")

@@ -24,7 +24,8 @@ import pyfuse3
 import pytest
 import trio
 
-from tests.support.stores import v2_zarray, write_v2_hierarchy
+from tests.support.consolidated import write_v2_hierarchy
+from tests.support.stores import v2_zarray
 from zarrfs.core.arrays import ArrayState
 from zarrfs.daemon.mount import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.handlers import make_ops, open_raw
-from tests.support.mounting import mounted
 from tests.support.stores import CountingStore, zlib_array
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
@@ -232,53 +230,6 @@ def test_a_load_overtaken_by_a_write_is_not_cached(tmp_path: Path) -> None:
     assert trio.run(main) == new
     assert np.asarray(cache._entries[("", (2, 0))]).tobytes() == new
     assert np.frombuffer(new, dtype="<f4")[0] != data[8, 0]
-
-
-# -- through a mount --------------------------------------------------------------------
-
-
-def bdi_read_ahead(mountpoint: Path) -> int:
-    dev = os.stat(mountpoint).st_dev
-    path = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
-    with open(path) as f:
-        return int(f.read())
-
-
-@pytest.mark.parametrize(("option", "expected"), [((), 1024), (("--readahead", "256K"), 256)])
-def test_mount_raises_read_ahead(tmp_path: Path, option: tuple[str, ...], expected: int) -> None:
-    write_store(tmp_path / "s.zarr")
-    with mounted(tmp_path / "s.zarr", "--read-only", *option) as m:
-        assert (m / "array.raw").stat().st_size == ROWS * COLUMNS * 4  # INIT is answered
-        if os.geteuid() != 0:  # the bdi file is root's: the log says what to run
-            for _ in range(100):
-                if f"echo {expected} >" in m.log():
-                    return
-                trio.run(trio.sleep, 0.02)
-            raise AssertionError(m.log())
-        for _ in range(100):
-            if bdi_read_ahead(m.path) == expected:
-                break
-            trio.run(trio.sleep, 0.02)
-        assert bdi_read_ahead(m.path) == expected
-
-
-def test_streamed_reads_through_a_mount_see_writes(tmp_path: Path) -> None:
-    root = tmp_path / "s.zarr"
-    data = write_store(root)
-    with mounted(root) as m:
-        raw = m / "array.raw"
-        assert raw.read_bytes() == data.tobytes()  # cached, and read ahead
-        mapped = np.load(m / "array.npy", mmap_mode="r")
-        assert float(mapped.sum()) == float(data.sum())
-        patch = np.full((8, COLUMNS), -1.0, dtype="<f4")
-        with open(raw, "r+b") as f:
-            f.seek(10 * COLUMNS * 4)
-            f.write(patch.tobytes())
-            os.fsync(f.fileno())
-        data[10:18] = patch
-        assert raw.read_bytes() == data.tobytes()
-        assert float(np.asarray(mapped).sum()) == float(data.sum())
-        del mapped
 
 
 # -- decode buffers recycled ------------------------------------------------------------

@@ -33,8 +33,6 @@ from zarrfs.commands import cli as zarrfs_cli
 from zarrfs.daemon import runstate
 from zarrfs.daemon.mount import READ_ONLY_HINT
 
-pytestmark = pytest.mark.mount
-
 FOO_BAR_FILES = [".zarray", ".zattrs", "array.hdr", "array.nhdr", "array.npy", "array.raw", "info"]
 
 

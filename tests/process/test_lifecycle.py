@@ -36,8 +36,6 @@ from tests.support.mounting import unmount, wait_for_mount, zarrfs_command
 from tests.support.tmpfs import CHUNK_BYTES, full_store, random_data, tiny_tmpfs
 from zarrfs.daemon import runstate
 
-pytestmark = pytest.mark.mount
-
 NO_FLUSH = ("--flush-interval", "3600")  # nothing stored before close or unmount
 STORE_FILES = [".zarrfs", ".zattrs", ".zgroup", "foo", "weather"]  # .zarrfs: the control dir
 

@@ -155,7 +155,6 @@ COMMAND_LINES = [
 ]
 
 
-@pytest.mark.mount
 @pytest.mark.parametrize(("args", "needle"), COMMAND_LINES)
 def test_a_bad_option_is_one_usage_line_before_mounting(
     args: list[str], needle: str, example_store: Path, tmp_path: Path

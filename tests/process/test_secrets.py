@@ -31,8 +31,6 @@ from zarrfs.commands import mountopts
 from zarrfs.commands.cli import cli
 from zarrfs.daemon import runstate
 
-pytestmark = pytest.mark.mount
-
 
 @dataclass(frozen=True)
 class Secret:

@@ -81,3 +81,18 @@ def walk(tree: Tree, node: DirNode) -> list[str]:
             assert isinstance(child, FileNode)
             assert child.view.size >= 0
     return seen
+
+
+def read_key(ops: Operations, key: str) -> bytes:
+    attr = lookup_path(ops, key)
+    fh = run(ops.open, attr.st_ino, os.O_RDONLY, None).fh
+    try:
+        return bytes(run(ops.read, fh, 0, attr.st_size + 1))
+    finally:
+        run(ops.release, fh)
+
+
+def lookup_errno(ops: Operations, path: str) -> int:
+    with pytest.raises(pyfuse3.FUSEError) as info:
+        lookup_path(ops, path)
+    return info.value.errno

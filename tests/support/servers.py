@@ -397,3 +397,9 @@ def put_file(root: Path, key: str, value: bytes) -> None:
     temp = path.with_name(path.name + ".new")
     temp.write_bytes(value)
     os.replace(temp, path)
+
+
+@pytest.fixture
+def short_s3_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A held PUT times out in a second, not 30 (the daemon inherits it too)."""
+    monkeypatch.setenv("ZARRFS_S3_READ_TIMEOUT", "1")

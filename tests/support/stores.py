@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -107,25 +106,6 @@ def v2_zarray(shape: list[int], chunks: list[int], dtype: object = "<i4", **extr
         "filters": None,
         **extra,
     }
-
-
-def write_v2_hierarchy(root: Path, groups: int, arrays: int) -> dict[str, object]:
-    """``groups`` x ``arrays`` arrays, each with one chunk, and a zarr-2 style .zmetadata."""
-    metadata: dict[str, object] = {".zgroup": {"zarr_format": 2}}
-    (root / ".zgroup").parent.mkdir(parents=True, exist_ok=True)
-    (root / ".zgroup").write_text(json.dumps({"zarr_format": 2}, indent=4))
-    for g in range(groups):
-        metadata[f"g{g}/.zgroup"] = {"zarr_format": 2}
-        for a in range(arrays):
-            metadata[f"g{g}/a{a}/.zarray"] = v2_zarray([4], [2])
-            metadata[f"g{g}/a{a}/.zattrs"] = {"_ARRAY_DIMENSIONS": ["x"]}
-    for key, value in metadata.items():
-        path = root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(value, indent=4, sort_keys=True))
-    doc = {"metadata": metadata, "zarr_consolidated_format": 1}
-    (root / ".zmetadata").write_text(json.dumps(doc, indent=4, sort_keys=True))
-    return metadata
 
 
 PROMPT = 5.0  # seconds a refusal may take at most (a regression would block forever)

@@ -28,8 +28,6 @@ import pytest
 
 from tests.support.mounting import mounted, peak_rss, read_range
 
-pytestmark = pytest.mark.mount
-
 CHUNK = 4096
 N_CHUNKS = 31
 GOOD = 15  # between bombs

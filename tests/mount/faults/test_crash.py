@@ -36,8 +36,6 @@ import zarrfs.stores.directory
 from tests.support.mounting import Mounted, mounted, unmount
 from zarrfs.daemon import runstate
 
-pytestmark = pytest.mark.mount
-
 ROWS_PER_CHUNK = 8
 COLUMNS = 512
 CHUNK_ELEMENTS = ROWS_PER_CHUNK * COLUMNS

@@ -16,13 +16,10 @@ from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
-import pytest
 import zarr
 
 from tests.support.mounting import mounted, unmount
 from tests.support.oracles import read_tensorstore, read_zarr_python
-
-pytestmark = pytest.mark.mount
 
 ROWS, COLUMNS, PER_SHARD, CHUNKS = 8, 512, 4, 16
 CHUNK_BYTES = ROWS * COLUMNS * 8

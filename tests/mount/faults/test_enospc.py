@@ -20,7 +20,6 @@ import zarr
 from tests.support.mounting import Mounted, mounted
 from tests.support.tmpfs import CHUNK_BYTES, CHUNKS, SHAPE, full_store, random_data
 
-pytestmark = pytest.mark.mount
 
 def assert_enospc(error: OSError, what: str) -> None:
     assert error.errno == errno.ENOSPC, f"{what}: {error!r} instead of ENOSPC"

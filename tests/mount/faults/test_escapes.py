@@ -34,8 +34,6 @@ import pytest
 from tests.support.mounting import Mounted, mounted, read_range
 from tests.support.stores import v2_zarray
 
-pytestmark = pytest.mark.mount
-
 CHUNK = 1024  # int32 elements: 4 KiB
 CHUNKS = 4
 MEMORY_LIMIT = 2 << 30

@@ -28,8 +28,6 @@ from numcodecs import Zlib
 
 from tests.support.mounting import Mounted, mounted, read_range, unmount, zarrfs_command
 
-pytestmark = pytest.mark.mount
-
 GRID_ROWS, GRID_COLS, GRID_CHUNK_ROWS = 64, 512, 8  # <f8: one chunk = 8 rows = 32 KiB
 CHUNK_BYTES = GRID_CHUNK_ROWS * GRID_COLS * 8
 GARBAGE_CHUNK, TRUNCATED_CHUNK, WRONG_SIZE_CHUNK = 2, 5, 6

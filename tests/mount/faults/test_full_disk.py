@@ -20,8 +20,6 @@ import zarr
 from tests.support.mounting import mounted, peak_rss
 from tests.support.tmpfs import tiny_tmpfs
 
-pytestmark = pytest.mark.mount
-
 MiB = 1 << 20
 TOTAL = 400 * MiB
 CHUNK = MiB

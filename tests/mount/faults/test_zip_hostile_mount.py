@@ -42,8 +42,6 @@ from tests.support.zips import (
 )
 from zarrfs.stores import zipindex
 
-pytestmark = pytest.mark.mount
-
 MEMORY_CAP = 2 << 30
 RSS_BOUND = 300 << 20
 CHUNK = 4096

@@ -15,11 +15,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.support.mounting import mounted, peak_rss
-
-pytestmark = pytest.mark.mount
 
 GROUPS = 100
 ARRAYS_PER_GROUP = 1_000

@@ -38,8 +38,6 @@ from numcodecs import BZ2, LZMA, Blosc, Delta, FixedScaleOffset, GZip, Shuffle, 
 from tests.support.mounting import Mounted, mounted
 from zarrfs.formats.sidecars import envi_data_type, nrrd_type
 
-pytestmark = pytest.mark.mount
-
 NAN = float("nan")
 INF = float("inf")
 DEFAULT = object()  # zarr-python's default fill value for the dtype

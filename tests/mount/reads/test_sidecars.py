@@ -31,8 +31,6 @@ from zarrfs.formats.metadata import hierarchy
 from zarrfs.namespace.tree import DirNode, FileNode, Tree
 from zarrfs.views import sidecars as views_sidecars
 
-pytestmark = pytest.mark.mount
-
 HDR, NHDR = "array.hdr", "array.nhdr"
 # Read through GDAL (ENVI) and, except complex, through NRRD readers.
 GDAL_DTYPES = ["|u1", "<i2", ">i2", "<u2", ">u2", "<i4", ">i4", "<u4", ">u4"]

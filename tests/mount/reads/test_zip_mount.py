@@ -16,8 +16,6 @@ from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.mounting import mounted
 from tests.support.stores import plain_and_sharded
 
-pytestmark = pytest.mark.mount
-
 
 def make_zip(path: Path) -> dict[str, np.ndarray]:
     store = zarr.storage.ZipStore(str(path), mode="w")

@@ -24,7 +24,7 @@ from tests.support.mounting import mounted, peak_rss, zarrfs_command
 from tests.support.stores import PLAIN_BYTES, plain_and_sharded
 from zarrfs.stores.http import BUDGET_VARIABLE, RETRY_BUDGET
 
-pytestmark = [pytest.mark.mount, pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 BUDGET = 1.5  # seconds, the daemons' retry budget here
 MEMORY_LIMIT = 2 << 30

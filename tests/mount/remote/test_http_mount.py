@@ -20,7 +20,6 @@ from tests.support.http_server import HttpServer
 from tests.support.mounting import mounted
 from tests.support.stores import PLAIN_BYTES, plain_and_sharded
 
-pytestmark = pytest.mark.mount
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_consolidated_store_over_http(http_server: HttpServer) -> None:

@@ -24,8 +24,6 @@ from tests.support.servers import LoopbackS3
 from zarrfs.errors import StoreError
 from zarrfs.stores.s3 import S3Store
 
-pytestmark = pytest.mark.mount
-
 PLAIN = np.arange(64 * 40, dtype="<f4").reshape(64, 40)
 CHUNK = "plain/c/0/0"
 

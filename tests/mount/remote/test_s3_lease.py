@@ -24,8 +24,6 @@ from tests.support.paths import REPO
 from tests.support.servers import Bucket, LoopbackS3, put_file
 from zarrfs.stores import s3_lease
 
-pytestmark = pytest.mark.mount
-
 DOCS = REPO / "docs" / "semantics.md"
 PLAIN = np.arange(8 * 4, dtype="<f4").reshape(8, 4)
 

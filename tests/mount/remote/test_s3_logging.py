@@ -50,7 +50,6 @@ def assume_role_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("AWS_PROFILE", "zarrfs-role")
 
 
-@pytest.mark.mount
 def test_a_profile_with_an_assumed_role_at_debug_level(
     s3_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,7 +68,6 @@ def test_a_profile_with_an_assumed_role_at_debug_level(
     assert not LEAKS.findall(log), LEAKS.findall(log)[:5]
 
 
-@pytest.mark.mount
 def test_an_error_page_quoting_the_request_stays_out_of_the_log(
     loopback_s3: LoopbackS3,
 ) -> None:

@@ -20,7 +20,7 @@ from tests.support.mounting import mounted
 from tests.support.oracles import assert_store_holds
 from tests.support.servers import Bucket
 
-pytestmark = [pytest.mark.mount, pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 PLAIN = np.arange(60 * 40, dtype="<f4").reshape(60, 40)
 SHARDED = np.arange(64 * 48, dtype="<i4").reshape(64, 48)

@@ -24,8 +24,6 @@ from tests.support.fsx import (
     run_on_zarrfs,
 )
 
-pytestmark = pytest.mark.mount
-
 # --- against zarrfs ----------------------------------------------------------------
 
 

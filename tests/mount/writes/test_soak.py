@@ -18,8 +18,6 @@ import random
 import threading
 from pathlib import Path
 
-import pytest
-
 from tests.support.fsx import (
     SHARDED_SPECS,
     SPECS,
@@ -30,8 +28,6 @@ from tests.support.fsx import (
     choose_seed,
     zarrfs_models,
 )
-
-pytestmark = pytest.mark.mount
 
 THREADS = 2
 

@@ -20,8 +20,6 @@ from zarr.codecs import BytesCodec, GzipCodec, TransposeCodec
 from tests.support.mounting import mounted, zarrfs_command
 from tests.support.oracles import assert_store_holds
 
-pytestmark = pytest.mark.mount
-
 SHAPE = (37, 29)
 CHUNKS = (8, 7)
 

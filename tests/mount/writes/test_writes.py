@@ -50,8 +50,6 @@ from numcodecs import Blosc, Zlib
 
 from tests.support.mounting import Mounted, mounted, zarrfs_command
 
-pytestmark = pytest.mark.mount
-
 NAN = float("nan")
 RECORD = [("a", "<i4"), ("b", ">f8"), ("c", "|S3")]
 COMPRESSORS: dict[str, Any] = {

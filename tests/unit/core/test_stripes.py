@@ -4,8 +4,8 @@ Pure geometry first (stripes tile the array, need exactly their row of chunks),
 then assembly against numpy, then the read path through the handlers: streams
 use stripes and load each chunk once, random reads do not, writes (before,
 during and after an assembly) are seen, a corrupt chunk fails its stripe only,
-and a cache too small for a row of chunks reads as before. The mount tests are
-at the end.
+and a cache too small for a row of chunks reads as before. A real mount reads stripes in
+tests/mount/reads/test_stripes_mount.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.handlers import make_ops, open_raw
-from tests.support.mounting import mounted
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.read.reading import assemble
 from zarrfs.core.read.stripes import _Assembly
@@ -367,39 +366,6 @@ def test_stripes_of_fortran_order_chunks(tmp_path: Path) -> None:
     ops, cache = make_ops(tmp_path)
     assert read_through(ops, cache, data.nbytes, request=100) == data.tobytes()
     assert cache.stripes.assembled > 0
-
-
-# -- through a mount ------------------------------------------------------------------------
-
-
-@pytest.mark.mount
-def test_tiles_and_shards_read_through_a_mount(tmp_path: Path) -> None:
-    rng = np.random.default_rng(3)
-    tiles = rng.standard_normal((300, 700)).astype("<f4")
-    zarr.open_group(str(tmp_path), mode="w", zarr_format=3)
-    zarr.create_array(
-        store=str(tmp_path / "tiles"),
-        shape=tiles.shape,
-        chunks=(64, 128),
-        dtype="<f4",
-        zarr_format=3,
-    )[...] = tiles
-    zarr.create_array(
-        store=str(tmp_path / "shards"),
-        shape=tiles.shape,
-        chunks=(32, 128),
-        shards=(64, 256),
-        dtype="<f4",
-        zarr_format=3,
-    )[...] = tiles
-    with mounted(tmp_path, "--read-only") as m:
-        for name in ("tiles", "shards"):
-            assert (m / name / "array.raw").read_bytes() == tiles.tobytes(), name
-            arr = np.load(m / name / "array.npy", mmap_mode="r")
-            total = float(np.asarray(arr, dtype="f8").sum())
-            del arr
-            assert total == pytest.approx(float(tiles.astype("f8").sum()))
-        assert "Traceback" not in m.log()
 
 
 @pytest.mark.parametrize(

@@ -7,26 +7,16 @@ timeout and apply it later, and moto (whose ETags are MD5s)."""
 from __future__ import annotations
 
 import errno
-import os
 
-import numpy as np
 import pytest
-import zarr
 
-from tests.support.mounting import mounted
 from tests.support.servers import Bucket, LoopbackS3, put_file
 from zarrfs.errors import StoreError
 from zarrfs.stores.s3 import S3Store
 from zarrfs.stores.s3_versions import UNKNOWN, Versions, digest_of
 
 
-@pytest.fixture
-def short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A held PUT times out in a second, not 30 (the daemon inherits it too)."""
-    monkeypatch.setenv("ZARRFS_S3_READ_TIMEOUT", "1")
-
-
-@pytest.mark.usefixtures("short_timeout")
+@pytest.mark.usefixtures("short_s3_timeout")
 def test_a_put_held_past_its_timeout_never_replaces_a_later_one(loopback_s3: LoopbackS3) -> None:
     put_file(loopback_s3.root, "p/k", b"old")
     store = S3Store(loopback_s3.url("p"))
@@ -46,7 +36,7 @@ def test_a_put_held_past_its_timeout_never_replaces_a_later_one(loopback_s3: Loo
     assert store.get("k") == b"B"
 
 
-@pytest.mark.usefixtures("short_timeout")
+@pytest.mark.usefixtures("short_s3_timeout")
 def test_our_own_late_put_is_written_over(loopback_s3: LoopbackS3) -> None:
     """The held PUT arrives before the next one: the object is then a version the
     mount itself sent, recognised by its bytes (this server's ETags are no MD5s)."""
@@ -158,33 +148,3 @@ def test_memory_is_bounded() -> None:
     assert len(versions._known) == 10 and len(versions._doubts) == 10
 
 
-@pytest.mark.mount
-@pytest.mark.usefixtures("short_timeout")
-def test_write_fsync_eio_write_fsync_then_the_held_put_arrives(loopback_s3: LoopbackS3) -> None:
-    """write A, fsync -> EIO (the server held the PUT past the client's timeout),
-    write B, fsync -> 0, then the held PUT of A reaches the server: B stays."""
-    group = zarr.open_group(str(loopback_s3.root / "s.zarr"), mode="w")
-    group.create_array("plain", shape=(8, 4), chunks=(4, 4), dtype="<f4", fill_value=0)[...] = 1
-    a = np.full((4, 4), 2, "<f4")
-    b = np.full((4, 4), 3, "<f4")
-    with mounted(loopback_s3.url("s.zarr"), "--flush-interval", "3600") as m:
-        fd = os.open(m.path / "plain" / "array.raw", os.O_RDWR)
-        try:
-            loopback_s3.faults(hold_put={"match": "plain/c/0/0"})
-            os.pwrite(fd, a.tobytes(), 0)
-            with pytest.raises(OSError) as info:
-                os.fsync(fd)
-            assert info.value.errno == errno.EIO
-            held = loopback_s3.counters()["held"]
-            loopback_s3.faults(drop=["hold_put"])
-            os.pwrite(fd, b.tobytes(), 0)
-            os.fsync(fd)
-            loopback_s3.faults(release=True)
-            outcomes = loopback_s3.wait_for("late_outcomes", held)["late_outcomes"]
-            assert outcomes == [412] * held
-        finally:
-            os.close(fd)
-    stored = zarr.open_array(str(loopback_s3.root / "s.zarr" / "plain"), mode="r")
-    expected = np.ones((8, 4), "<f4")
-    expected[:4] = 3
-    np.testing.assert_array_equal(stored[...], expected)

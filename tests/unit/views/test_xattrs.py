@@ -1,11 +1,9 @@
-"""Extended attributes user.zarr.*: pure mapping, and getfattr on a real mount."""
+"""Extended attributes user.zarr.*: the mapping from metadata (pure); getfattr on a real
+mount is in tests/mount/reads/test_xattrs_mount.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +11,6 @@ from typing import Any
 
 import zarr
 
-from tests.support.mounting import mounted
 from zarrfs.formats.metadata.legacy import parse_v0_array, parse_v1_array
 from zarrfs.formats.metadata.v2 import parse_array, parse_group
 from zarrfs.formats.metadata.v3 import parse_node
@@ -44,33 +41,6 @@ def test_array_xattrs_from_metadata(example_store: Path) -> None:
 def test_group_xattrs(example_store: Path) -> None:
     meta = parse_group("", (example_store / ".zgroup").read_bytes(), b'{"a": [1, 2]}')
     assert group_xattrs(meta) == {"user.zarr.format": b"2", "user.zarr.attrs.a": b"[1, 2]"}
-
-
-def test_getfattr_on_a_mount(example_store: Path, tmp_path: Path) -> None:
-    store = tmp_path / "s.zarr"
-    shutil.copytree(example_store, store)
-    with mounted(store, log_dir=tmp_path) as m:
-        for path in ("weather/temperature", "weather/temperature/array.raw"):
-            out = subprocess.run(
-                ["getfattr", "-d", "--absolute-names", str(m / path)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            assert 'user.zarr.shape="[24, 10, 12]"' in out, out
-            assert "user.zarr.dimensions=" in out
-        assert os.getxattr(m / "foo/bar/array.npy", "user.zarr.shape") == b"[100, 60]"
-        assert "user.zarr.attrs.title" in os.listxattr(m.path)
-        assert os.listxattr(m / "foo/bar/.zarray") == []
-        # the shape attribute follows a resize through the mount
-        with open(m / "foo/bar/array.raw", "r+b") as f:
-            f.truncate(10 * 60 * 4)
-        assert os.getxattr(m / "foo/bar", "user.zarr.shape") == b"[10, 60]"
-        try:
-            os.setxattr(m / "foo/bar", "user.zarr.shape", b"[1, 1]")
-            raise AssertionError("setxattr succeeded")
-        except OSError as e:
-            assert e.errno in (1, 13, 30, 95)
 
 
 # -- every format: the document's own words ------------------------------------------
