@@ -18,6 +18,7 @@ pytest_plugins = (
     "tests.support.fault_proxy",
     "tests.support.http_server",
     "tests.support.servers",
+    "tests.support.writes",
     "tests.support.zips",
 )
 

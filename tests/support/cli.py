@@ -5,14 +5,20 @@ non-zero status, never a traceback."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 
-from tests.support.mounting import zarrfs_command
+from tests.support.mounting import cap_address_space, zarrfs_command
 
 PID_XATTR = "user.zarrfs.pid"  # the daemon's PID, on the mount's root directory
 
 
-def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, timeout: float = 30, memory_limit: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``zarrfs *args``, within ``timeout`` seconds and, if given, an address space of
+    ``memory_limit`` bytes (so that a regression fails instead of taking the machine)."""
+    limit = None if memory_limit is None else functools.partial(cap_address_space, memory_limit)
     return subprocess.run(
         zarrfs_command(*args),
         stdin=subprocess.DEVNULL,
@@ -20,6 +26,7 @@ def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=timeout,
         check=False,
+        preexec_fn=limit,
     )
 
 

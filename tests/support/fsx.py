@@ -47,6 +47,7 @@ import numcodecs
 import numpy as np
 import zarr
 
+from tests.support.model import Rows
 from tests.support.mounting import Mounted, mounted
 
 REMOUNT_EVERY = 2000
@@ -373,31 +374,10 @@ def first_difference(got: bytes, want: bytes | bytearray, base: int = 0) -> str:
 
 
 @dataclass
-class Model:
-    data: bytearray
-    row: int
-    fill_row: bytes
+class Model(Rows):
     itemsize: int
     max_rows: int
     partial_row_checked: bool = False
-
-    @property
-    def rows(self) -> int:
-        return len(self.data) // self.row
-
-    def resize(self, size: int) -> None:
-        """Shrink, or grow with fill rows (size is a whole number of rows)."""
-        assert size % self.row == 0
-        if size <= len(self.data):
-            del self.data[size:]
-        else:
-            self.data += self.fill_row * ((size - len(self.data)) // self.row)
-
-    def write(self, offset: int, payload: bytes) -> None:
-        end = offset + len(payload)
-        if end > len(self.data):
-            self.resize(math.ceil(end / self.row) * self.row)
-        self.data[offset:end] = payload
 
 
 @dataclass

@@ -7,6 +7,7 @@ killed by its PID. A mount that cannot come up fails the test, never skips it.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import resource
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from tests.support.paths import REPO
 from zarrfs.daemon import runstate
@@ -52,6 +55,13 @@ def read_range(path: str | Path, offset: int, length: int) -> bytes:
         return os.pread(fd, length, offset)
     finally:
         os.close(fd)
+
+
+def expect_eio(path: str | Path, offset: int, length: int) -> None:
+    """That pread fails with EIO (a chunk that cannot be decoded, a store that failed)."""
+    with pytest.raises(OSError) as info:
+        read_range(path, offset, length)
+    assert info.value.errno == errno.EIO, info.value
 
 
 def zarrfs_command(*args: str) -> list[str]:
@@ -116,7 +126,8 @@ def _access(options: tuple[str, ...]) -> tuple[str, ...]:
     return ("--rw", *options)
 
 
-def _address_space_cap(nbytes: int) -> None:
+def cap_address_space(nbytes: int) -> None:
+    """RLIMIT_AS of this process (called in a child before it runs zarrfs)."""
     resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
 
 
@@ -135,7 +146,7 @@ def mounted(
     """
     mountpoint = tempfile.mkdtemp(prefix="zarrfs-mnt-")
     log_file = Path(tempfile.mkstemp(prefix="zarrfs-log-", dir=log_dir)[1])
-    limit = None if memory_limit is None else functools.partial(_address_space_cap, memory_limit)
+    limit = None if memory_limit is None else functools.partial(cap_address_space, memory_limit)
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
             zarrfs_command("mount", "-f", *_access(options), str(store), mountpoint),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -19,13 +20,16 @@ class CountingStore(DirectoryStore):
     """A directory store that counts reads per key (as zarr-python's test_accessed_chunks)
     and listings per prefix.
 
-    ``gets`` counts whole-value reads only; ``range_calls`` counts get_range and
-    get_ranges calls per key, and ``ranges`` records every range they asked for, as
-    (key, start, length) in order, so a test can prove that a shard was read as its
-    index and one chunk's bytes and never whole. ``sizes`` counts size calls."""
+    ``gets`` counts whole-value reads only (each taking ``delay`` seconds more, if
+    given); ``range_calls`` counts get_range and get_ranges calls per key, and
+    ``ranges`` records every range they asked for, as (key, start, length) in order, so
+    a test can prove that a shard was read as its index and one chunk's bytes and never
+    whole. ``sizes`` counts size calls."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, delay: float = 0.0) -> None:
         super().__init__(root)
+        self.delay = delay
+        self._lock = threading.Lock()  # worker threads read at once
         self.gets: Counter[str] = Counter()
         self.lists: Counter[str] = Counter()
         self.range_calls: Counter[str] = Counter()
@@ -51,7 +55,10 @@ class CountingStore(DirectoryStore):
         return super().list_dir(prefix)
 
     def get(self, key: str, *, limit: int | None = None) -> bytes | None:
-        self.gets[key] += 1
+        with self._lock:
+            self.gets[key] += 1
+        if self.delay:
+            time.sleep(self.delay)
         return super().get(key, limit=limit)
 
 

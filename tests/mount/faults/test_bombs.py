@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.mounting import mounted, peak_rss, read_range
+from tests.support.mounting import expect_eio, mounted, peak_rss, read_range
 
 CHUNK = 4096
 N_CHUNKS = 31
@@ -90,12 +90,6 @@ def bomb_store(root: Path, codec_id: str) -> Path:
     for i in range(N_CHUNKS):
         (array / str(i)).write_bytes(compress(GOOD_DATA) if i == GOOD else bomb(codec_id))
     return root
-
-
-def expect_eio(path: Path, offset: int, length: int) -> None:
-    with pytest.raises(OSError) as info:
-        read_range(path, offset, length)
-    assert info.value.errno == errno.EIO, info.value
 
 
 def test_the_bombs_are_bombs() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.mounting import Mounted, mounted, read_range
+from tests.support.mounting import Mounted, expect_eio, mounted, read_range
 from tests.support.stores import v2_zarray
 
 CHUNK = 1024  # int32 elements: 4 KiB
@@ -82,12 +82,6 @@ def assert_serving(m: Mounted, store: Path) -> None:
     assert m.process.poll() is None, f"the daemon exited:\n{m.log()}"
     expected = arange(CHUNK * CHUNKS, 7).tobytes()
     assert (m / "good" / "array.raw").read_bytes() == expected
-
-
-def expect_eio(path: Path, offset: int, length: int) -> None:
-    with pytest.raises(OSError) as info:
-        read_range(path, offset, length)
-    assert info.value.errno == errno.EIO, info.value
 
 
 @pytest.mark.parametrize("target", ["outside-file", "dev-zero"])

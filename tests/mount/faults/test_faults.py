@@ -26,7 +26,7 @@ import pytest
 import zarr
 from numcodecs import Zlib
 
-from tests.support.mounting import Mounted, mounted, read_range, unmount, zarrfs_command
+from tests.support.mounting import Mounted, expect_eio, mounted, read_range, unmount, zarrfs_command
 
 GRID_ROWS, GRID_COLS, GRID_CHUNK_ROWS = 64, 512, 8  # <f8: one chunk = 8 rows = 32 KiB
 CHUNK_BYTES = GRID_CHUNK_ROWS * GRID_COLS * 8
@@ -42,12 +42,6 @@ def chunk_lines(log: str, array: str, key: str) -> list[str]:
     """Log lines that name both the array path and the chunk key."""
     key_pattern = re.compile(rf"(?<![\w.]){re.escape(key)}(?![\w.])")
     return [line for line in log.splitlines() if array in line and key_pattern.search(line)]
-
-
-def expect_eio(path: Path, offset: int, length: int) -> None:
-    with pytest.raises(OSError) as info:
-        read_range(path, offset, length)
-    assert info.value.errno == errno.EIO, info.value
 
 
 def oracle(store: Path, path: str) -> bytes:

@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import re
-import resource
 import subprocess
 import time
 import zipfile
@@ -27,8 +26,8 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.support.cli import assert_one_error_line
-from tests.support.mounting import mounted, peak_rss, read_range, zarrfs_command
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.mounting import mounted, peak_rss, read_range
 from tests.support.zips import (
     BZIP2,
     DEFLATED,
@@ -48,21 +47,9 @@ CHUNK = 4096
 N_CHUNKS = 16
 
 
-def cap_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """A command within a time bound and, as the daemon, the memory cap."""
-    return subprocess.run(
-        zarrfs_command(*args),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        preexec_fn=cap_memory,
-    )
+    return run_cli(*args, timeout=timeout, memory_limit=MEMORY_CAP)
 
 
 def chunk_value(i: int) -> bytes:

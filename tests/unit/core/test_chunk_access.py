@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 import warnings
 from collections import Counter
 
@@ -19,30 +17,13 @@ import pytest
 import trio
 import zarr
 
+from tests.support.stores import CountingStore
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.sizes import parse_size
 from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.stores.directory import DirectoryStore
 from zarrfs.views.raw import RawView, read_array_bytes
-
-
-class CountingStore(DirectoryStore):
-    """A directory store that counts ``get`` calls per key (thread-safe)."""
-
-    def __init__(self, root: str, delay: float = 0.0) -> None:
-        super().__init__(root)
-        self.counts: Counter[str] = Counter()
-        self.delay = delay
-        self._lock = threading.Lock()
-
-    def get(self, key: str, *, limit: int | None = None) -> bytes | None:
-        with self._lock:
-            self.counts[key] += 1
-        if self.delay:
-            time.sleep(self.delay)
-        return super().get(key, limit=limit)
 
 
 def _create(root, name, shape, chunks, dtype, fill, **kwargs):
@@ -124,7 +105,7 @@ def test_reads_fetch_exactly_the_overlapping_chunks_once(cube):
         data = _read(cache, meta, offset, size)
         assert data == reference[offset : offset + size], (offset, size)
         expected = _overlapping_chunks(meta, offset, size)
-        assert store.counts == _expected_counts(meta, expected), (offset, size)
+        assert store.gets == _expected_counts(meta, expected), (offset, size)
         assert cache.loads == len(expected)
 
 
@@ -135,15 +116,15 @@ def test_second_read_of_the_same_range_hits_the_cache(cube):
         store = CountingStore(str(cube))
         cache = ChunkCache(store, 1 << 20)
         first = _read(cache, meta, offset, size)
-        gets, loads = sum(store.counts.values()), cache.loads
+        gets, loads = sum(store.gets.values()), cache.loads
         second = _read(cache, meta, offset, size)
         assert first == second == reference[offset : offset + size]
-        assert sum(store.counts.values()) == gets
+        assert sum(store.gets.values()) == gets
         assert cache.loads == loads
         # and any sub-range of it too
         inner = _read(cache, meta, offset + size // 3, size // 3)
         assert inner == reference[offset + size // 3 : offset + 2 * (size // 3)]
-        assert sum(store.counts.values()) == gets
+        assert sum(store.gets.values()) == gets
 
 
 def test_missing_chunks_are_remembered(cube):
@@ -155,10 +136,10 @@ def test_missing_chunks_are_remembered(cube):
     assert not (cube / "cube" / "2.3.1").exists()
     offset = (8 * 70 + 9 * 7 + 5) * 4
     assert _read(cache, meta, offset, 8) == np.array([-1, -1], "<i4").tobytes()
-    assert store.counts == Counter({"cube/2.3.1": 1})
+    assert store.gets == Counter({"cube/2.3.1": 1})
     assert trio.run(cache.get, meta, index) is None
     assert _read(cache, meta, offset, 8) == np.array([-1, -1], "<i4").tobytes()
-    assert store.counts == Counter({"cube/2.3.1": 1})
+    assert store.gets == Counter({"cube/2.3.1": 1})
 
 
 @pytest.mark.parametrize(
@@ -196,9 +177,9 @@ def test_legacy_arrays_without_separator_probe_each_key_once(tmp_path, layout, n
         expected = _overlapping_chunks(meta, offset, size)
         assert cache.loads == len(expected)
         probed = {k for index in expected for k in meta.chunk_keys(index)}
-        assert set(store.counts) <= probed
-        assert {k for index in expected for k in meta.chunk_keys(index)[:1]} <= set(store.counts)
-        assert all(n == 1 for n in store.counts.values()), (offset, size, store.counts)
+        assert set(store.gets) <= probed
+        assert {k for index in expected for k in meta.chunk_keys(index)[:1]} <= set(store.gets)
+        assert all(n == 1 for n in store.gets.values()), (offset, size, store.gets)
 
 
 # ---------------------------------------------------------------- single flight
@@ -219,7 +200,7 @@ def test_concurrent_gets_of_one_chunk_load_it_once(cube):
                 nursery.start_soon(get)
 
     trio.run(main)
-    assert store.counts == Counter({"cube/0.0.0": 1})
+    assert store.gets == Counter({"cube/0.0.0": 1})
     assert cache.loads == 1
     assert len(results) == 8
     assert all(r is results[0] for r in results)
@@ -247,7 +228,7 @@ def test_concurrent_overlapping_reads_decode_each_chunk_once(cube):
     trio.run(main)
     for i, (offset, size) in enumerate(ranges):
         assert out[i] == reference[offset : offset + size]
-    assert store.counts == _expected_counts(meta, _overlapping_chunks(meta, 0, meta.nbytes))
+    assert store.gets == _expected_counts(meta, _overlapping_chunks(meta, 0, meta.nbytes))
     assert cache.loads == meta.n_chunks
 
 
@@ -272,7 +253,7 @@ def test_waiter_survives_the_loading_task_being_cancelled(cube):
 
     trio.run(main)
     np.testing.assert_array_equal(got[0], _oracle(cube, "cube")[0:4, 0:3, 0:5])
-    assert 1 <= store.counts["cube/0.0.0"] <= 2
+    assert 1 <= store.gets["cube/0.0.0"] <= 2
 
 
 # ---------------------------------------------------------------- LRU by bytes
@@ -303,17 +284,17 @@ def test_cache_evicts_least_recently_used_within_max_bytes(dense):
     _get(cache, meta, (0, 0), (1, 0))
     assert cache.nbytes == 256
     _get(cache, meta, (0, 0))  # hit; (1, 0) is now least recently used
-    assert store.counts == Counter({key[0]: 1, key[1]: 1})
+    assert store.gets == Counter({key[0]: 1, key[1]: 1})
     _get(cache, meta, (2, 0))  # evicts (1, 0)
     assert cache.nbytes == 256 <= cache.max_bytes
     _get(cache, meta, (0, 0), (2, 0))  # both still cached
-    assert store.counts == Counter({key[0]: 1, key[1]: 1, key[2]: 1})
+    assert store.gets == Counter({key[0]: 1, key[1]: 1, key[2]: 1})
     _get(cache, meta, (1, 0))  # reloaded; evicts (0, 0)
-    assert store.counts[key[1]] == 2
+    assert store.gets[key[1]] == 2
     _get(cache, meta, (2, 0))
-    assert store.counts[key[2]] == 1
+    assert store.gets[key[2]] == 1
     _get(cache, meta, (0, 0))
-    assert store.counts[key[0]] == 2
+    assert store.gets[key[0]] == 2
     assert cache.nbytes == 256
 
 
@@ -336,7 +317,7 @@ def test_chunk_larger_than_the_cache_is_not_kept(dense):
     cache = ChunkCache(store, 100)
     for _ in range(3):
         _get(cache, meta, (3, 0))
-    assert store.counts == Counter({"dense/3.0": 3})
+    assert store.gets == Counter({"dense/3.0": 3})
     assert cache.nbytes == 0
 
 
@@ -389,7 +370,7 @@ def test_fill_value_is_copied_bytewise(tmp_path, dtype, fill, element):
     cache = ChunkCache(store, 1 << 20)
     assert _read(cache, meta, 0, 10**6) == element * 12
     assert _read(cache, meta, 1, 2 * len(element)) == (element * 3)[1 : 1 + 2 * len(element)]
-    assert len(store.counts) == 4 and set(store.counts.values()) == {1}
+    assert len(store.gets) == 4 and set(store.gets.values()) == {1}
 
 
 def test_raw_view_size_and_reads(cube):
@@ -412,10 +393,10 @@ def test_zero_dimensional_and_empty_arrays(tmp_path):
     meta = _meta(root, "scalar")
     assert _read(cache, meta, 0, 8) == np.float64(2.5).tobytes()
     assert _read(cache, meta, 2, 100) == np.float64(2.5).tobytes()[2:]
-    assert store.counts == Counter({"scalar/0": 1})
+    assert store.gets == Counter({"scalar/0": 1})
     empty = _meta(root, "empty")
     assert _read(cache, empty, 0, 100) == b""
-    assert store.counts == Counter({"scalar/0": 1})
+    assert store.gets == Counter({"scalar/0": 1})
 
 
 # ---------------------------------------------------------------- parse_size
