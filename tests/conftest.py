@@ -15,6 +15,7 @@ pytest.register_assert_rewrite("tests.support")
 from tests.support.paths import CORPUS, EXAMPLE_STORE  # noqa: E402
 
 pytest_plugins = (
+    "tests.support.daemon_logs",
     "tests.support.fault_proxy",
     "tests.support.http_server",
     "tests.support.servers",

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.support import daemon_logs
 from tests.support.cli import PID_XATTR, alive, assert_one_error_line, run_cli
 from tests.support.http_server import HttpServer
 from tests.support.mounting import mounted, unmount
@@ -166,6 +167,7 @@ def test_help_lists_the_options() -> None:
 
 def test_detached_mount_then_umount(tmp_path: Path, example_store: Path, mountpoint: Path) -> None:
     log_file = tmp_path / "daemon.log"
+    daemon_logs.watch(log_file)
     pid = None
     try:
         # capture_output: if the daemon kept the pipes open, this would time out
@@ -185,7 +187,6 @@ def test_detached_mount_then_umount(tmp_path: Path, example_store: Path, mountpo
         assert not os.path.ismount(mountpoint)
         assert not alive(pid), "zarrfs umount returns only once the daemon has exited"
         assert "mounted" in log_file.read_text()
-        assert "Traceback" not in log_file.read_text()
     finally:
         unmount(mountpoint)
         if pid is not None and alive(pid):
@@ -219,7 +220,6 @@ def test_signal_unmounts_and_exits_0(example_store: Path, tmp_path: Path, signum
         while os.path.ismount(m.path) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not os.path.ismount(m.path)
-        assert "Traceback" not in m.log()
 
 
 def test_fusermount_u_ends_the_daemon(example_store: Path, tmp_path: Path) -> None:
@@ -227,7 +227,6 @@ def test_fusermount_u_ends_the_daemon(example_store: Path, tmp_path: Path) -> No
         result = subprocess.run(["fusermount3", "-u", str(m.path)], capture_output=True, timeout=30)
         assert result.returncode == 0, result.stderr
         assert m.process.wait(timeout=30) == 0, m.log()
-        assert "Traceback" not in m.log()
 
 
 # -- writes are refused --------------------------------------------------------------------
@@ -300,7 +299,6 @@ def test_read_write_mount_refuses_namespace_changes(example_store: Path, tmp_pat
         os.utime(raw, (0, 0))  # accepted and ignored, as on sshfs (cp -p, touch)
         os.chmod(raw, 0o600)
         assert os.stat(raw).st_size == size and os.stat(raw).st_mode & 0o444 == 0o444
-        assert "Traceback" not in m.log()
 
 
 # -- read-only unless --rw ---------------------------------------------------------------
@@ -324,6 +322,7 @@ def test_a_mount_without_rw_is_read_only_and_its_log_says_how_to_write(
     shutil.copytree(example_store, store)
     before = (store / "foo/bar/0.0").read_bytes()
     log_file = tmp_path / "daemon.log"
+    daemon_logs.watch(log_file)
     pid = None
     try:
         result = run_cli("mount", "--log-file", str(log_file), str(store), str(mountpoint))
@@ -374,6 +373,7 @@ def test_fuses_own_reason_reaches_the_user(
     example_store: Path, mountpoint: Path, tmp_path: Path, mode: str, options: str, reason: str
 ) -> None:
     args = ["-f"] if mode == "foreground" else ["--log-file", str(tmp_path / "log")]
+    daemon_logs.watch(tmp_path / "log")
     try:
         result = run_cli("mount", *args, "-o", options, str(example_store), str(mountpoint))
         assert_one_error_line(result, f"cannot mount on {str(mountpoint)!r}: {reason}")
@@ -390,6 +390,7 @@ def test_warnings_of_mounting_are_printed_before_detaching(
     of while mounting reaches the user all the same, as a local store's does."""
     group = zarr.open_group(str(http_server.root / "s.zarr"), mode="w")
     group.create_array("a", shape=(4,), chunks=(2,), dtype="<i4")
+    daemon_logs.watch(tmp_path / "log")
     pid = None
     try:
         result = run_cli(

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.support import daemon_logs
 from tests.support.cli import alive
 from tests.support.mountinfo import entries
 from tests.support.mounting import zarrfs_command
@@ -283,6 +284,7 @@ def test_mount_t_mounts_read_only_and_umount_ends_the_daemon(
     reaper: None, store: Path, mnt: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "daemon.log"
+    daemon_logs.watch(log)
     command = ["mount", "-t", "fuse.zarrfs", str(store), str(mnt), "-o", f"ro,log_file={log}"]
     with mounted_with(command, mnt) as daemon:
         # mount.fuse3 found zarrfs through the link, with mount(8)'s PATH-less helpers
@@ -304,7 +306,7 @@ def test_mount_t_mounts_read_only_and_umount_ends_the_daemon(
         assert daemon.wait() == 0, log.read_text()
     assert not (Path(runstate.run_dir()) / f"{daemon.pid}.status").exists(), "a clean exit"
     text = log.read_text()
-    assert "mounted" in text and "unmounted" in text and "Traceback" not in text
+    assert "mounted" in text and "unmounted" in text
 
 
 @pytest.mark.parametrize("name", ["store.zarr", "a store, ünïcode.zarr"], ids=["plain", "odd"])
@@ -335,6 +337,7 @@ def test_read_write_line_umount_leaves_the_written_data_in_the_store(
     reaper: None, store: Path, mnt: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "daemon.log"
+    daemon_logs.watch(log)
     # flush_interval: nothing is stored by the timer; close and unmount store it
     line = f"{store} {mnt} fuse.zarrfs rw,flush_interval=3600,log_file={log} 0 0"
     fstab = write_fstab(tmp_path, line)
@@ -351,7 +354,6 @@ def test_read_write_line_umount_leaves_the_written_data_in_the_store(
         # in the store as soon as umount returns, as zarr-python reads it
         assert np.array_equal(expected_bar(store), expected)
         assert daemon.wait() == 0, log.read_text()
-    assert "Traceback" not in log.read_text()
     assert not list(store.rglob(".*.tmp*")), "no temporary file left"
 
 
@@ -361,6 +363,7 @@ def test_a_line_with_neither_ro_nor_rw_is_read_write(
     """mount(8) hands its helpers ``rw`` unless the line says ``ro``: zarrfs cannot
     tell a line that asked for ``rw`` from one that said neither."""
     log = tmp_path / "daemon.log"
+    daemon_logs.watch(log)
     fstab = write_fstab(tmp_path, f"{store} {mnt} fuse.zarrfs log_file={log} 0 0")
     with mounted_with(["mount", "-a", "-T", str(fstab)], mnt) as daemon:
         with open(f"/proc/{daemon.pid}/cmdline", "rb") as f:
@@ -389,6 +392,7 @@ def test_own_fuse_and_generic_options_of_an_fstab_line(
     reaper: None, consolidated_store: Path, mnt: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "daemon.log"
+    daemon_logs.watch(log)
     options = [
         "ro",
         "no_consolidated",

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.support import daemon_logs
 from tests.support.cli import PID_XATTR, alive, assert_one_error_line, run_cli
 from tests.support.mountinfo import mount_entry
 from tests.support.mounting import unmount, wait_for_mount, zarrfs_command
@@ -78,6 +79,7 @@ def daemon(
     unmounted, and the daemon (started by this test) killed by its PID if it outlives
     the unmount."""
     process = None
+    daemon_logs.watch(log)
     if "--read-only" not in options:
         options = ("--rw", *options)
     if mode == "detached":

@@ -269,14 +269,7 @@ class ZarrfsMount(Target):
     def stop(self) -> None:
         cm, self._cm = self._cm, None
         assert cm is not None
-        cm.__exit__(None, None, None)
-        assert self.mount is not None
-        faults = [
-            line
-            for line in self.mount.log().splitlines()
-            if "internal error" in line or "Traceback" in line
-        ]
-        assert not faults, "the daemon logged internal errors:\n" + self.mount.log()[-4000:]
+        cm.__exit__(None, None, None)  # its log is checked (tests/support/daemon_logs.py)
 
     def control_flush(self) -> None:
         assert self.mount is not None

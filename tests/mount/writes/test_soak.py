@@ -74,7 +74,7 @@ def soak(tmp_path: Path, specs: tuple[ArraySpec, ...]) -> None:
     except BaseException as e:
         target.abort(e)
         raise
-    target.stop()  # fails if the daemon logged an internal error
+    target.stop()
     target.verify(models, lambda name: f"\nsoak seed {seed} (ZARRFS_FSX_SEED={seed})")
     done = sum(sum(e.counts.values()) for e in exercisers)
     assert done == THREADS * count
