@@ -15,6 +15,7 @@ pytest.register_assert_rewrite("tests.support")
 from tests.support.paths import CORPUS, EXAMPLE_STORE  # noqa: E402
 
 pytest_plugins = (
+    "pytester",  # tests/unit/test_daemon_logs.py runs pytest on small test files
     "tests.support.daemon_logs",
     "tests.support.fault_proxy",
     "tests.support.http_server",
@@ -25,11 +26,12 @@ pytest_plugins = (
 
 TESTS = Path(__file__).resolve().parent
 MOUNT_FOLDERS = ("mount", "process")
+collect_ignore = ["corpus"]  # data only: thousands of files no test is collected from
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.relative_to(TESTS).parts[0] in MOUNT_FOLDERS:
+        if any(item.path.is_relative_to(TESTS / folder) for folder in MOUNT_FOLDERS):
             item.add_marker(pytest.mark.mount)
 
 

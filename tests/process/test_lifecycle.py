@@ -133,7 +133,7 @@ def mountpoints(tmp_path: Path, *names: str) -> list[Path]:
     return paths
 
 
-# -- B.2: one read-write mount per store -------------------------------------------------
+# -- one read-write mount per store ------------------------------------------------------
 
 
 def test_second_read_write_mount_is_refused(store: Path, tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ def test_lock_is_released_when_the_daemon_is_killed(store: Path, tmp_path: Path,
         remove_mount(m2)
 
 
-# -- B.3: zarrfs umount says what was not stored --------------------------------------------
+# -- zarrfs umount says what was not stored -------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", ["detached", "foreground"])
@@ -389,7 +389,7 @@ def test_what_was_not_stored_is_one_phrase(unstored: runstate.Unstored, line: st
     assert unstored.describe() == line
 
 
-# -- C.2: zarrfs umount acts only on zarrfs mounts -------------------------------------------
+# -- zarrfs umount acts only on zarrfs mounts ------------------------------------------------
 
 
 def test_umount_refuses_a_tmpfs_with_a_forged_pid(tmp_path: Path) -> None:
@@ -451,7 +451,7 @@ def test_parse_mountinfo_skips_malformed_lines() -> None:
     assert parse_mountinfo("") == []
 
 
-# -- D.5: a mount point inside the store ---------------------------------------------------
+# -- a mount point inside the store --------------------------------------------------------
 
 
 NESTED = {

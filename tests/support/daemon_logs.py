@@ -87,9 +87,7 @@ def records(text: str) -> Iterator[str]:
 def unexpected(item: pytest.Item, *, test_ends: bool) -> list[str]:
     """The suspicious records logged since the last check that ``item`` did not allow."""
     allowed = [
-        re.compile(pattern)
-        for marker in item.iter_markers(MARKER)
-        for pattern in marker.args
+        re.compile(pattern) for marker in item.iter_markers(MARKER) for pattern in marker.args
     ]
     found = []
     for log in list(_logs):

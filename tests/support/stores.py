@@ -77,6 +77,7 @@ def zlib_array(root: Path, rows: int, columns: int, chunk_rows: int) -> np.ndarr
     z[...] = data
     return data
 
+
 PLAIN_BYTES = 60 * 40 * 4  # array.raw of plain_and_sharded's "plain"
 
 

@@ -139,7 +139,6 @@ def patch_central(path: Path, name: str, offset: int, value: bytes) -> Path:
     return path
 
 
-
 @pytest.fixture
 def open_zip() -> Iterator[Callable[[Path], ZipStore]]:
     """ZipStore factory; every store it made is closed after the test."""

@@ -1,12 +1,12 @@
 """Decompression bombs through a real mount: EIO for each, in little memory.
 
-Requirement (hostile input, D.2): a chunk that decodes to more than its size fails
+Requirement (hostile input): a chunk that decodes to more than its size fails
 as soon as the decoder passes that size, so a store of bombs costs the daemon no
 more memory than a few chunks. Each array here has 31 chunks of 4 KiB (a chunk
 per page of array.raw, so the kernel's reads of the good chunk touch no bomb): 30
 bombs, each a stream of hundreds of MiB of zeros, and one good chunk. The daemon
-runs with its address space capped at 2 GiB: before the bounded decoders, one
-bz2 bomb alone made it allocate 1 GiB, and 30 of them killed it.
+runs with its address space capped at 2 GiB: decoders without a bound would
+allocate 1 GiB for one bz2 bomb alone, and 30 of them would kill it.
 """
 
 from __future__ import annotations

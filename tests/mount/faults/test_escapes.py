@@ -1,5 +1,5 @@
 """Hostile stores through a real mount: nothing outside the store is served, changed
-or removed, and no special file blocks or floods the daemon (issue items C.1, B.5).
+or removed, and no special file blocks or floods the daemon.
 
 The store's directory holds links out of it and a FIFO where chunks should be. What
 the mount must do:

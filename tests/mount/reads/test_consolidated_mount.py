@@ -12,12 +12,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from tests.support.consolidated import (
-    ARRAY,
-    hierarchy_entries,
-    write_store,
-    write_v2_hierarchy,
-)
+from tests.support.consolidated import ARRAY, hierarchy_entries, write_store, write_v2_hierarchy
 from tests.support.mounting import mounted
 from tests.support.stores import v2_zarray
 

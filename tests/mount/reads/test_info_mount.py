@@ -13,12 +13,7 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.support.info import (
-    bytes_stored,
-    field,
-    initialized,
-    write_json,
-)
+from tests.support.info import bytes_stored, field, initialized, write_json
 from tests.support.mounting import mounted
 from zarrfs.views.info import INFO_NAME
 

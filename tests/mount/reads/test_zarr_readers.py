@@ -30,10 +30,7 @@ import zarr
 import zarr.storage
 from numcodecs import Zlib
 
-from tests.support.handlers import (
-    lookup_errno,
-    read_key,
-)
+from tests.support.handlers import lookup_errno, read_key
 from tests.support.http_server import HttpServer
 from tests.support.mounting import mounted, peak_rss
 from tests.support.oracles import assert_same_bits

@@ -1,6 +1,5 @@
-"""Writes that once lost data or grew memory without bound, without a mount.
-
-Each test here failed on the code before its fix.
+"""Writes that could lose data or grow memory without bound, without a mount: each
+test holds the write path to one such case.
 """
 
 from __future__ import annotations

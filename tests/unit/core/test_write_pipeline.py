@@ -11,14 +11,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.support.batches import (
-    CHUNK,
-    FlakyStore,
-    make,
-    stored,
-    stream_behind,
-    wait_for,
-)
+from tests.support.batches import CHUNK, FlakyStore, make, stored, stream_behind, wait_for
 from zarrfs.core.write import writeback as writeback_module
 from zarrfs.errors import StoreError
 

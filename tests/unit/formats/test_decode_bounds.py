@@ -1,6 +1,6 @@
 """Decoding never produces more than the chunk's size, and failures keep no buffers.
 
-Requirement (hostile input, D.2): each compressor numcodecs knows decodes at most
+Requirement (hostile input): each compressor numcodecs knows decodes at most
 the chunk's size (8 x that + 1 MiB where filters make it unknown) and fails as soon
 as the stream would go past it, having allocated little more; what it does decode
 is bit-identical to numcodecs' own decoder. A chunk that fails, and the cache's

@@ -1,10 +1,10 @@
 """Hostile metadata costs one log line, never the mount (parsing and rendering here;
 tests/mount/faults/test_hostile_metadata_mount.py mounts it).
 
-Each case failed before its fix: deep JSON escaped as RecursionError (EIO for the
-whole parent directory, a 49-line traceback from ``zarrfs mount``), a subarray
-dtype made ``ls`` of its array EIO, and a ``|V300000000`` dtype made ``ls -l``
-take a minute and 3.5 GB building the fill value's repr.
+The cases: deep JSON must not escape as RecursionError (EIO for the whole parent
+directory, a 49-line traceback from ``zarrfs mount``), a subarray dtype must not make
+``ls`` of its array EIO, and a ``|V300000000`` dtype must not make ``ls -l`` take a
+minute and 3.5 GB building the fill value's repr.
 """
 
 from __future__ import annotations
@@ -103,5 +103,3 @@ def test_fill_text_is_bounded_for_long_elements() -> None:
 def test_clip_says_how_long_the_text_was() -> None:
     assert clip("abc", 5) == "abc"
     assert clip("a" * 10, 4) == "aaaa... (10 characters)"
-
-

@@ -329,7 +329,7 @@ def test_a_mount_inside_the_store_is_not_entered(tmp_path: Path, open_store: Ope
         assert snapshot(mounted) == before
 
 
-# -- durability of new directories (B.5) ----------------------------------------------
+# -- durability of new directories ---------------------------------------------------
 
 
 @pytest.mark.parametrize("how", ["stage+commit", "set"])

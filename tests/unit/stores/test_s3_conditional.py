@@ -146,5 +146,3 @@ def test_memory_is_bounded() -> None:
         versions.doubt(f"k{i}", digest_of(b"x"))
     assert versions.expected("k99") == '"99"' and versions.expected("k0") is UNKNOWN
     assert len(versions._known) == 10 and len(versions._doubts) == 10
-
-
