@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.mounting import zarrfs_command
+from tests.support.stores import v2_zarray
 from zarrfs.commands.check import check_command
 from zarrfs.commands.tree import tree_command
 from zarrfs.commands.walk import printable, walk
@@ -161,20 +162,7 @@ def test_a_directory_store_with_hostile_file_names(tmp_path: Path) -> None:
     for name in (title, fake):
         array = root / name
         array.mkdir()
-        (array / ".zarray").write_text(
-            json.dumps(
-                {
-                    "zarr_format": 2,
-                    "shape": [4],
-                    "chunks": [2],
-                    "dtype": "<i2",
-                    "compressor": None,
-                    "fill_value": 0,
-                    "order": "C",
-                    "filters": None,
-                }
-            )
-        )
+        (array / ".zarray").write_text(json.dumps(v2_zarray([4], [2], "<i2")))
         (array / "0").write_bytes(b"bad")  # 3 bytes, not 4: corrupt
     for command, expected in (
         ("tree", ["/", "├── \\x1b]0;owned\\x07 (4,) <i2 chunks=(2,) codecs=[]"]),

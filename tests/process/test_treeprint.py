@@ -16,6 +16,7 @@ import zarr
 
 from tests.support.http_server import HttpServer
 from tests.support.mounting import zarrfs_command
+from tests.support.stores import v2_zarray
 from zarrfs.commands.tree import codec_text
 
 BLOSC = "codecs=[blosc(cname=lz4, clevel=5, shuffle=1, blocksize=0)]"
@@ -205,16 +206,7 @@ def test_a_hierarchy_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
         **{"/".join(["a"] * n) + "/.zgroup": group for n in range(1, depth + 1)},
     }
     deepest = "/".join(["a"] * depth)
-    metadata[f"{deepest}/x/.zarray"] = {
-        "zarr_format": 2,
-        "shape": [2],
-        "chunks": [2],
-        "dtype": "<i2",
-        "compressor": None,
-        "fill_value": 0,
-        "order": "C",
-        "filters": None,
-    }
+    metadata[f"{deepest}/x/.zarray"] = v2_zarray([2], [2], "<i2")
     (root / ".zgroup").write_text(json.dumps(group))
     (root / ".zmetadata").write_text(
         json.dumps({"zarr_consolidated_format": 1, "metadata": metadata})

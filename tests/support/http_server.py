@@ -40,6 +40,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
+from zarrfs.stores.http import HttpStore
+
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 _PIECE = 64 << 10  # bodies are written this much at a time, each piece counted
 
@@ -383,3 +385,21 @@ def http_server_fixture(tmp_path: Path) -> Iterator[HttpServer]:
     root.mkdir()
     with serve(root) as server:
         yield server
+
+
+@pytest.fixture
+def other_server(tmp_path: Path) -> Iterator[HttpServer]:
+    """A second server, of the new, empty directory ``tmp_path / "other"``."""
+    root = tmp_path / "other"
+    root.mkdir()
+    with serve(root) as server:
+        yield server
+
+
+@pytest.fixture
+def http_stores() -> Iterator[list[HttpStore]]:
+    """The HttpStores a test makes, closed at its end."""
+    made: list[HttpStore] = []
+    yield made
+    for store in made:
+        store.close()

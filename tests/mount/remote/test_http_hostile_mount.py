@@ -12,14 +12,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.support.cli import assert_one_error_line, run_cli
-from tests.support.http_server import HttpServer, serve
+from tests.support.http_server import HttpServer
 from tests.support.mounting import mounted, peak_rss, zarrfs_command
 from tests.support.stores import PLAIN_BYTES, plain_and_sharded
 from zarrfs.stores.http import BUDGET_VARIABLE, RETRY_BUDGET
@@ -191,14 +190,6 @@ def test_a_short_content_length_is_eio_and_the_next_read_succeeds(
 
 
 # -- redirects ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def other_server(tmp_path: Path) -> Iterator[HttpServer]:
-    root = tmp_path / "other"
-    root.mkdir()
-    with serve(root) as server:
-        yield server
 
 
 def test_a_store_redirected_to_another_server_mounts(

@@ -12,13 +12,12 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 
-from tests.support.http_server import HttpServer, serve
+from tests.support.http_server import HttpServer
 from tests.support.mounting import memory_cap
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import http, httpwire
@@ -58,14 +57,6 @@ def failure(call: Callable[[], object], seconds: float = BOUND) -> StoreError:
     return error
 
 
-@pytest.fixture
-def stores() -> Iterator[list[HttpStore]]:
-    made: list[HttpStore] = []
-    yield made
-    for store in made:
-        store.close()
-
-
 def fast(url: str, made: list[HttpStore], budget: float = 1.0) -> HttpStore:
     store = HttpStore(url, tries=5, retry_budget=budget, timeout=(1.0, 2.0))
     made.append(store)
@@ -84,13 +75,13 @@ def value(http_server: HttpServer) -> bytes:
 
 @pytest.mark.parametrize("ignore_range", [False, True])
 def test_a_trickled_body_fails_within_the_budget(
-    http_server: HttpServer, value: bytes, stores: list[HttpStore], ignore_range: bool
+    http_server: HttpServer, value: bytes, http_stores: list[HttpStore], ignore_range: bool
 ) -> None:
     """A byte every 0.2 s, each well within the read timeout of 2 s: the reads fail
     once the budget of 1 s (plus the second a late try gets) is spent."""
     http_server.hostile["/v"] = "trickle"
     http_server.ignore_range = ignore_range
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     for read in (
         lambda: store.get("v"),
         lambda: store.get_range("v", 100, 1000),
@@ -105,10 +96,10 @@ def test_a_trickled_body_fails_within_the_budget(
 
 
 def test_trickled_headers_fail_within_the_budget(
-    http_server: HttpServer, stores: list[HttpStore]
+    http_server: HttpServer, http_stores: list[HttpStore]
 ) -> None:
     http_server.hostile["/"] = "trickle_headers"
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     began = time.monotonic()
     assert "timed out" in str(failure(lambda: store.get("k")))
     assert "timed out" in str(failure(lambda: store.size("k")))
@@ -119,7 +110,10 @@ def test_trickled_headers_fail_within_the_budget(
 
 
 def test_a_steady_body_may_outlast_the_budget(
-    http_server: HttpServer, value: bytes, stores: list[HttpStore], monkeypatch: pytest.MonkeyPatch
+    http_server: HttpServer,
+    value: bytes,
+    http_stores: list[HttpStore],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The deadline moves back with each piece received at MIN_RATE or faster: a
     body taking longer than the budget, but arriving steadily, is read whole."""
@@ -128,7 +122,7 @@ def test_a_steady_body_may_outlast_the_budget(
     (http_server.root / "slow").write_bytes(value[:40])
     http_server.hostile["/slow"] = "trickle"
     http_server.trickle = 0.05  # 40 bytes: 2 s, twice the budget
-    store = fast(http_server.url, stores, budget=1.0)
+    store = fast(http_server.url, http_stores, budget=1.0)
     began = time.monotonic()
     assert within(lambda: store.get("slow")) == value[:40]
     assert time.monotonic() - began > 1.5
@@ -138,11 +132,11 @@ def test_a_steady_body_may_outlast_the_budget(
 
 
 def test_an_endless_answer_to_a_range_request_is_bounded(
-    http_server: HttpServer, stores: list[HttpStore], monkeypatch: pytest.MonkeyPatch
+    http_server: HttpServer, http_stores: list[HttpStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(http, "SKIP_LIMIT", 4 << 20)
     http_server.hostile["/v"] = "endless"
-    store = fast(http_server.url, stores, budget=30.0)  # the bound in bytes comes first
+    store = fast(http_server.url, http_stores, budget=30.0)  # the bound in bytes comes first
     for read in (lambda: store.get_range("v", -100, 100), lambda: store.size("v")):
         http_server.reset()
         error = failure(read)
@@ -163,13 +157,13 @@ def test_an_endless_answer_to_a_range_request_is_bounded(
 
 @pytest.mark.parametrize("ignore_range", [False, True])
 def test_a_content_length_shorter_than_the_body_is_a_store_error(
-    http_server: HttpServer, value: bytes, stores: list[HttpStore], ignore_range: bool
+    http_server: HttpServer, value: bytes, http_stores: list[HttpStore], ignore_range: bool
 ) -> None:
     """Not a shorter value (which a decoder would call a corrupt chunk, remembered
     as such): a failed try, tried again, then EIO; the next read tries again."""
     http_server.hostile["/v"] = "short_length"
     http_server.ignore_range = ignore_range
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     reads: list[Callable[[], object]] = [lambda: store.get("v")]
     if ignore_range:  # (a 206's Content-Length is checked against its Content-Range)
         reads += [lambda: store.get_range("v", -100, 100), lambda: store.get_range("v", 0, 4000)]
@@ -185,10 +179,10 @@ def test_a_content_length_shorter_than_the_body_is_a_store_error(
 
 @pytest.mark.parametrize("mode", ["long_length", "long_length_stall"])
 def test_a_content_length_longer_than_the_body_is_a_store_error(
-    http_server: HttpServer, value: bytes, stores: list[HttpStore], mode: str
+    http_server: HttpServer, value: bytes, http_stores: list[HttpStore], mode: str
 ) -> None:
     http_server.hostile["/v"] = mode
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     for ignore_range in (False, True):
         http_server.ignore_range = ignore_range
         for read in (lambda: store.get("v"), lambda: store.get_range("v", -100, 100)):
@@ -201,11 +195,13 @@ def test_a_content_length_longer_than_the_body_is_a_store_error(
 # -- encodings and headers ---------------------------------------------------------------
 
 
-def test_a_gzip_bomb_is_refused_undecoded(http_server: HttpServer, stores: list[HttpStore]) -> None:
+def test_a_gzip_bomb_is_refused_undecoded(
+    http_server: HttpServer, http_stores: list[HttpStore]
+) -> None:
     """4 MiB that inflate to 4 GiB: refused, never inflated, in little memory (a
     decoder would have given wrong bytes even where it was bounded)."""
     http_server.hostile["/v"] = "gzip_bomb"
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     with memory_cap(512 << 20):
         for read in (
             lambda: store.get("v"),
@@ -225,10 +221,10 @@ def test_a_gzip_bomb_is_refused_undecoded(http_server: HttpServer, stores: list[
     [("huge_headers", "got more than 100 headers"), ("huge_header_line", "a header line too long")],
 )
 def test_huge_headers_are_refused(
-    http_server: HttpServer, value: bytes, stores: list[HttpStore], mode: str, said: str
+    http_server: HttpServer, value: bytes, http_stores: list[HttpStore], mode: str, said: str
 ) -> None:
     http_server.hostile["/v"] = mode
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     for read in (lambda: store.get("v"), lambda: store.size("v")):
         error = failure(read)
         assert f"malformed answer: {said}" in str(error), error
@@ -237,20 +233,12 @@ def test_huge_headers_are_refused(
 # -- redirects ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def other_server(tmp_path: Path) -> Iterator[HttpServer]:
-    root = tmp_path / "other"
-    root.mkdir()
-    with serve(root) as server:
-        yield server
-
-
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 def test_redirects_are_followed(
     http_server: HttpServer,
     other_server: HttpServer,
     value: bytes,
-    stores: list[HttpStore],
+    http_stores: list[HttpStore],
     status: int,
 ) -> None:
     (other_server.root / "w").write_bytes(value)
@@ -258,7 +246,7 @@ def test_redirects_are_followed(
     http_server.redirects["/to-port"] = f"{other_server.url}w?sig=1"  # another port
     http_server.redirects["/relative"] = "/v"
     http_server.redirects["/chain"] = "/to-port"
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     for key in ("to-port", "relative", "chain"):
         assert store.get(key) == value, key
         assert store.get_range(key, -10, 10) == value[-10:], key
@@ -268,7 +256,7 @@ def test_redirects_are_followed(
 
 
 def test_credentials_stay_with_their_origin(
-    http_server: HttpServer, other_server: HttpServer, value: bytes, stores: list[HttpStore]
+    http_server: HttpServer, other_server: HttpServer, value: bytes, http_stores: list[HttpStore]
 ) -> None:
     """Basic credentials of the root URL go to its scheme, host and port alone:
     not to another port, nor to the same server under another host name; its
@@ -277,7 +265,7 @@ def test_credentials_stay_with_their_origin(
     http_server.redirects["/to-port"] = f"{other_server.url}w"
     http_server.redirects["/to-host"] = f"http://localhost:{http_server.port}/v"
     http_server.redirects["/home"] = "/v"
-    store = fast(f"http://user:secret@127.0.0.1:{http_server.port}/?token=t0k3n", stores)
+    store = fast(f"http://user:secret@127.0.0.1:{http_server.port}/?token=t0k3n", http_stores)
     for key in ("to-port", "to-host", "home"):
         assert store.get(key) == value, key
     sent = {r.path: r.authorization for r in http_server.requests}
@@ -291,7 +279,7 @@ def test_credentials_stay_with_their_origin(
 
 
 def test_redirects_refused_in_one_line(
-    http_server: HttpServer, value: bytes, stores: list[HttpStore]
+    http_server: HttpServer, value: bytes, http_stores: list[HttpStore]
 ) -> None:
     redirects = {
         "/file": ("file:///etc/passwd?sig=secret", "redirect to file:///etc/passwd refused"),
@@ -306,7 +294,7 @@ def test_redirects_refused_in_one_line(
         http_server.redirects[f"/hop{n}"] = f"/hop{n + 1}"
     http_server.redirects["/hop6"] = "/v"
     http_server.redirects.update({path: location for path, (location, _) in redirects.items()})
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     for path, (_, said) in redirects.items():
         http_server.reset()
         error = failure(functools.partial(store.get, path[1:]))

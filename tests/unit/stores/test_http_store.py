@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,15 +33,6 @@ def write_tree(root: Path, values: dict[str, bytes]) -> None:
         (root / key).write_bytes(value)
 
 
-@pytest.fixture
-def stores() -> Iterator[list[HttpStore]]:
-    """Stores a test makes, closed at its end."""
-    made: list[HttpStore] = []
-    yield made
-    for store in made:
-        store.close()
-
-
 def fast(url: str, made: list[HttpStore], retry_budget: float = 1.0) -> HttpStore:
     """A store that gives up within about a second (tests of failures)."""
     store = HttpStore(url, tries=4, retry_budget=retry_budget, timeout=(1.0, 2.0))
@@ -53,11 +44,11 @@ class TestHttpStore(StoreContract):
     WRITABLE = False
 
     @pytest.fixture
-    def make_store(self, http_server: HttpServer, stores: list[HttpStore]) -> MakeStore:
+    def make_store(self, http_server: HttpServer, http_stores: list[HttpStore]) -> MakeStore:
         def make(values: dict[str, bytes]) -> HttpStore:
             write_tree(http_server.root, values)
-            stores.append(HttpStore(http_server.url))
-            return stores[-1]
+            http_stores.append(HttpStore(http_server.url))
+            return http_stores[-1]
 
         return make
 
@@ -73,7 +64,7 @@ class TestHttpStore(StoreContract):
         assert list(store.scan("")) == [] and list(store.scan("a")) == []
 
 
-def test_zarr_store_read_back(http_server: HttpServer, stores: list[HttpStore]) -> None:
+def test_zarr_store_read_back(http_server: HttpServer, http_stores: list[HttpStore]) -> None:
     """A hierarchy zarr-python 3 wrote, served as it lies on disk, key by key."""
     root = http_server.root / "data.zarr"
     group = zarr.open_group(str(root), mode="w")
@@ -85,7 +76,7 @@ def test_zarr_store_read_back(http_server: HttpServer, stores: list[HttpStore]) 
     sharded[:40] = np.arange(40.0)
     zarr.consolidate_metadata(str(root))
     store = HttpStore(http_server.url + "data.zarr")
-    stores.append(store)
+    http_stores.append(store)
     files = [p for p in root.rglob("*") if p.is_file()]
     assert len(files) > 10
     for path in files:
@@ -99,12 +90,12 @@ def test_zarr_store_read_back(http_server: HttpServer, stores: list[HttpStore]) 
 
 
 def test_ranged_reads_fetch_only_their_ranges(
-    http_server: HttpServer, stores: list[HttpStore]
+    http_server: HttpServer, http_stores: list[HttpStore]
 ) -> None:
     data = os.urandom(1 << 20)
     (http_server.root / "v").write_bytes(data)
     store = HttpStore(http_server.url)
-    stores.append(store)
+    http_stores.append(store)
     cases = [
         ([(1000, 5000)], 5000),
         ([(-4096, 4096)], 4096),  # a shard index at the end: one suffix request
@@ -129,13 +120,13 @@ def _span(start: int, length: int, size: int) -> tuple[int, int]:
 
 
 def test_limit_refused_without_reading_it_all(
-    http_server: HttpServer, stores: list[HttpStore]
+    http_server: HttpServer, http_stores: list[HttpStore]
 ) -> None:
     big = 64 << 20
     with open(http_server.root / "big", "wb") as f:
         f.truncate(big)
     store = HttpStore(http_server.url)
-    stores.append(store)
+    http_stores.append(store)
     for send_length in (True, False):  # refused by Content-Length, or by a bounded read
         http_server.send_length = send_length
         http_server.reset()
@@ -168,9 +159,9 @@ def test_server_ignoring_range(tmp_path: Path, send_length: bool) -> None:
         store.close()
 
 
-def test_statuses(http_server: HttpServer, stores: list[HttpStore]) -> None:
+def test_statuses(http_server: HttpServer, http_stores: list[HttpStore]) -> None:
     write_tree(http_server.root, {"x": b"x"})
-    store = fast(http_server.url, stores)
+    store = fast(http_server.url, http_stores)
     for status, err in ((401, errno.EACCES), (403, errno.EACCES), (500, errno.EIO)):
         http_server.statuses["/x"] = status
         for call in (
@@ -190,12 +181,12 @@ def test_statuses(http_server: HttpServer, stores: list[HttpStore]) -> None:
     assert caught.value.errno == errno.EIO and len(http_server.requests) == 1
 
 
-def test_keys_and_urls(http_server: HttpServer, stores: list[HttpStore]) -> None:
+def test_keys_and_urls(http_server: HttpServer, http_stores: list[HttpStore]) -> None:
     odd = "a b/c?d#e%20"
     write_tree(http_server.root / "root dir", {odd: b"odd", "k": b"k"})
     for url in (http_server.url + "root%20dir", http_server.url + "root%20dir/"):
         store = HttpStore(url)
-        stores.append(store)
+        http_stores.append(store)
         assert store.get(odd) == b"odd" and store.get("k") == b"k"
         assert store.get("") is None and store.describe() == url
     for bad in ("../x", "a/./b", "a/../k", "k\0"):
@@ -209,11 +200,11 @@ def test_keys_and_urls(http_server: HttpServer, stores: list[HttpStore]) -> None
         store.stage("k", [b"a", b"b"])
 
 
-def test_concurrent_reads(http_server: HttpServer, stores: list[HttpStore]) -> None:
+def test_concurrent_reads(http_server: HttpServer, http_stores: list[HttpStore]) -> None:
     data = os.urandom(4 << 20)
     (http_server.root / "v").write_bytes(data)
     store = HttpStore(http_server.url)
-    stores.append(store)
+    http_stores.append(store)
     errors: list[BaseException] = []
 
     def reader(seed: int) -> None:
@@ -236,12 +227,12 @@ def test_concurrent_reads(http_server: HttpServer, stores: list[HttpStore]) -> N
 
 
 def test_cut_mid_read_is_retried(
-    http_server: HttpServer, fault_proxy: Proxy, stores: list[HttpStore]
+    http_server: HttpServer, fault_proxy: Proxy, http_stores: list[HttpStore]
 ) -> None:
     data = os.urandom(1 << 20)
     (http_server.root / "v").write_bytes(data)
     proxy = fault_proxy(("127.0.0.1", http_server.port))
-    store = fast(proxy.url, stores)
+    store = fast(proxy.url, http_stores)
     for read, expected in (
         (lambda: store.get("v"), data),
         (lambda: store.get_range("v", 1000, 500_000), data[1000:501_000]),
@@ -254,11 +245,11 @@ def test_cut_mid_read_is_retried(
 
 
 def test_cut_on_every_try_fails_in_bounded_time(
-    http_server: HttpServer, fault_proxy: Proxy, stores: list[HttpStore]
+    http_server: HttpServer, fault_proxy: Proxy, http_stores: list[HttpStore]
 ) -> None:
     (http_server.root / "v").write_bytes(os.urandom(1 << 20))
     proxy = fault_proxy(("127.0.0.1", http_server.port))
-    store = fast(proxy.url, stores)
+    store = fast(proxy.url, http_stores)
     proxy.cut(after=10_000, times=None)
     for read in (lambda: store.get("v"), lambda: store.get_range("v", 0, 500_000)):
         began = time.monotonic()
@@ -271,11 +262,11 @@ def test_cut_on_every_try_fails_in_bounded_time(
 
 
 def test_503_burst_is_retried(
-    http_server: HttpServer, fault_proxy: Proxy, stores: list[HttpStore]
+    http_server: HttpServer, fault_proxy: Proxy, http_stores: list[HttpStore]
 ) -> None:
     write_tree(http_server.root, {"k": b"value"})
     proxy = fault_proxy(("127.0.0.1", http_server.port), http=True)
-    store = fast(proxy.url, stores, retry_budget=5.0)
+    store = fast(proxy.url, http_stores, retry_budget=5.0)
     proxy.fail(3)
     assert store.get("k") == b"value" and proxy.failures == 3
     proxy.fail(2, status=502)
@@ -286,13 +277,13 @@ def test_503_burst_is_retried(
     assert caught.value.errno == errno.EIO and "503" in str(caught.value)
 
 
-def test_delay(http_server: HttpServer, fault_proxy: Proxy, stores: list[HttpStore]) -> None:
+def test_delay(http_server: HttpServer, fault_proxy: Proxy, http_stores: list[HttpStore]) -> None:
     write_tree(http_server.root, {f"k{n}": bytes([n]) * 100 for n in range(10)})
     for http in (False, True):
         proxy = fault_proxy(("127.0.0.1", http_server.port), http=http)
         proxy.delay = 0.02
         store = HttpStore(proxy.url)
-        stores.append(store)
+        http_stores.append(store)
         began = time.monotonic()
         for n in range(10):
             assert store.get(f"k{n}") == bytes([n]) * 100
@@ -306,10 +297,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_check(http_server: HttpServer, stores: list[HttpStore]) -> None:
+def test_check(http_server: HttpServer, http_stores: list[HttpStore]) -> None:
     HttpStore(http_server.url + "nothing/here").check()  # any answer will do, even 404
     url = f"http://127.0.0.1:{_free_port()}/x.zarr"
-    store = fast(url, stores)
+    store = fast(url, http_stores)
     began = time.monotonic()
     with pytest.raises(StoreError) as caught:
         store.check()
@@ -322,13 +313,13 @@ def test_check(http_server: HttpServer, stores: list[HttpStore]) -> None:
 
 
 def test_token_never_in_messages(
-    http_server: HttpServer, fault_proxy: Proxy, stores: list[HttpStore]
+    http_server: HttpServer, fault_proxy: Proxy, http_stores: list[HttpStore]
 ) -> None:
     secret = "s3cr3t-t0k3n"
     write_tree(http_server.root, {"k": b"value", "v": os.urandom(1 << 20)})
     proxy = fault_proxy(("127.0.0.1", http_server.port), http=True)
     url = f"http://user:{secret}@127.0.0.1:{proxy.port}/?token={secret}&x=1"
-    store = fast(url, stores)
+    store = fast(url, http_stores)
     assert store.get("k") == b"value"
     assert all(r.path.endswith(f"?token={secret}&x=1") for r in http_server.requests)
     failures: list[BaseException] = []
@@ -348,7 +339,7 @@ def test_token_never_in_messages(
     failing(lambda: store.get_range("v", 0, 100_000))
     proxy.passthrough()
     failing(lambda: store.get("../k"))
-    dead = fast(f"http://127.0.0.1:{_free_port()}/x?token={secret}", stores)
+    dead = fast(f"http://127.0.0.1:{_free_port()}/x?token={secret}", http_stores)
     failing(dead.check)
     failing(lambda: dead.get("k"))
     for e in failures:
