@@ -9,7 +9,7 @@
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
 #     test extra (pytest, hypothesis, zarr, tensorstore, xarray, ruff);
 #   - a virtualenv in <repo>/.venv-zarr2 holding zarr-python 2.18, which cannot
-#     share one with zarr-python 3 (tests/test_zarr_readers.py runs it);
+#     share one with zarr-python 3 (tests/mount/reads/test_zarr_readers.py runs it);
 #   - /usr/local/bin/zarrfs, a link to the venv's zarrfs (mount(8) runs it for fstab).
 # Safe to run again: apt is skipped when nothing is missing, the venv is reused.
 # Run as root (or as a user with sudo) from any directory.
@@ -29,7 +29,7 @@ pkg_installed() {
 
 # The build of pyfuse3, and the programs the tests and scripts run (each test that
 # runs one fails loudly without it: never a skip). Keep this list in step with
-# tests/test_install.py, which checks every program named there is on PATH.
+# tests/process/test_install.py, which checks every program named there is on PATH.
 PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin)
 need=()
 for pkg in "${PACKAGES[@]}"; do
@@ -108,7 +108,7 @@ fi
 # through /bin/sh; mount(8) removes PATH from its helpers' environment, so the shell's
 # own default PATH is searched (dash: /usr/local/sbin:/usr/local/bin:/usr/sbin:
 # /usr/bin:/sbin:/bin), whatever the caller's PATH: this one link is enough.
-# tests/test_install.py and tests/test_fstab.py check it.
+# tests/process/test_install.py and tests/process/test_fstab.py check it.
 LINK=/usr/local/bin/zarrfs
 if [ "$(readlink "$LINK" 2>/dev/null || true)" = "$VENV/bin/zarrfs" ]; then
     say "$LINK already links to $VENV/bin/zarrfs"

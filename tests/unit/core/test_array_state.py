@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import trio
 
-from tests.stores import v2_zarray
+from tests.support.stores import v2_zarray
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.chunkstate import ChunkStates, Dirty

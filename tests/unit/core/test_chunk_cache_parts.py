@@ -13,7 +13,7 @@ import pytest
 import trio
 import zarr
 
-from tests.stores import zlib_array
+from tests.support.stores import zlib_array
 from zarrfs.core.counters import Counters
 from zarrfs.core.pool import BACKGROUND, URGENT, LoadPools
 from zarrfs.core.read import flights

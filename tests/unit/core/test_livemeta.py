@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.stores import v2_zarray
+from tests.support.stores import v2_zarray
 from zarrfs.core.livemeta import LiveMeta, fill_element, fill_run, void_dtype
 from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.formats.model import ArrayMeta

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from tests.stores import v2_zarray
+from tests.support.stores import v2_zarray
 from zarrfs.core.livemeta import LiveMeta
 from zarrfs.core.write.chunkstate import Dirty
 from zarrfs.core.write.stale import StaleUnits

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.stores import v2_zarray
+from tests.support.stores import v2_zarray
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write import ratelimit

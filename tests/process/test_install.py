@@ -1,0 +1,96 @@
+"""scripts/install.sh installs every program the tests and scripts run.
+
+A program installed by hand on one machine hides a missing install step until the
+suite runs on a fresh one. This test reads every ``subprocess`` call with a literal
+command in tests/, scripts/, zarrfs/ and bench/ (and the shell scripts' commands we know
+of), and checks that each program is one install.sh provides and is on PATH.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+# program → the Debian package install.sh installs it with
+PROGRAMS = {
+    "fusermount3": "fuse3",
+    "fio": "fio",
+    "getfattr": "attr",
+    "setfattr": "attr",
+    "mount": "mount",
+    "umount": "mount",
+    "findmnt": "util-linux",
+    "dd": "coreutils",
+    "cat": "coreutils",
+    "ls": "coreutils",
+    "od": "coreutils",
+    "truncate": "coreutils",
+    "mkfifo": "coreutils",
+    "find": "findutils",  # the listing-memory test stats every entry with find
+    "bash": "bash",
+    "gdalinfo": "gdal-bin",  # the sidecar headers' tests read array.raw through GDAL
+    "gdal_translate": "gdal-bin",
+    "ncdump": "netcdf-bin",  # netCDF-C reads the mount as a Zarr store: test_zarr_readers.py
+}
+_ESSENTIAL = {"bash"}  # Debian's essential set: always there
+_SUBPROCESS = {"run", "Popen", "check_output", "check_call", "call"}
+
+
+def _literal_programs(source: str) -> set[str]:
+    """First elements of literal argument lists passed to subprocess functions."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in _SUBPROCESS):
+            continue
+        if not (isinstance(func.value, ast.Name) and func.value.id == "subprocess"):
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.List) and first.elts and isinstance(first.elts[0], ast.Constant):
+            found.add(str(first.elts[0].value))
+    return found
+
+
+def test_literal_programs_are_found_in_code() -> None:
+    source = 'import subprocess\nsubprocess.run(["fio", "x"])\nsubprocess.Popen(["ls"])\n'
+    assert _literal_programs(source) == {"fio", "ls"}
+
+
+def test_every_program_the_code_runs_is_installed_by_install_sh() -> None:
+    used: set[str] = set()
+    for folder in ("tests", "scripts", "zarrfs", "bench"):
+        for path in (REPO / folder).rglob("*.py"):
+            used |= _literal_programs(path.read_text())
+    unknown = sorted(used - set(PROGRAMS))
+    assert not unknown, (
+        f"add these programs (and their packages) to PROGRAMS and install.sh: {unknown}"
+    )
+    install = (REPO / "scripts" / "install.sh").read_text()
+    packages_line = next(line for line in install.splitlines() if line.startswith("PACKAGES=("))
+    packages = set(packages_line.removeprefix("PACKAGES=(").rstrip(")").split())
+    missing = sorted({PROGRAMS[p] for p in PROGRAMS} - packages - _ESSENTIAL)
+    assert not missing, f"install.sh does not install {missing}"
+
+
+def test_every_program_is_on_path() -> None:
+    absent = [p for p in PROGRAMS if shutil.which(p) is None]
+    assert not absent, f"not on PATH (run scripts/install.sh): {absent}"
+
+
+def test_zarrfs_is_linked_where_mount_finds_it() -> None:
+    """fstab lines of type fuse.zarrfs: mount(8) runs mount.fuse3, which runs
+    ``zarrfs STORE MNT -o ...`` through /bin/sh with no PATH in its environment (mount
+    removes it), so the shell's default PATH must find zarrfs: install.sh links
+    /usr/local/bin/zarrfs to the venv's (tests/test_fstab.py runs the real chain)."""
+    link = Path("/usr/local/bin/zarrfs")
+    script = Path(sys.prefix) / "bin" / "zarrfs"
+    assert link.is_symlink(), f"{link} is not a link (run scripts/install.sh)"
+    assert os.readlink(link) == str(script), f"{link} -> {os.readlink(link)}, not {script}"
+    assert f"LINK={link}" in (REPO / "scripts" / "install.sh").read_text()
