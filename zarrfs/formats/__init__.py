@@ -2,7 +2,7 @@
 
 Everything here is pure: it turns documents and bytes a store returned into
 models, and models into documents and bytes to store. Its parts, lowest first
-(a part imports only the ones before it; tests/test_layers.py checks this):
+(a part imports only the ones before it; tests/unit/test_layers.py checks this):
 
 - ``limits``: the bounds on what hostile metadata may make zarrfs allocate;
 - ``grid``: the layout math of one array (byte ranges of ``array.raw`` to chunk

@@ -1,7 +1,7 @@
 """Where keys live: the store contract (``base.Store``) and its backends.
 
 Every backend maps a key ("a/0.0", "zarr.json") to bytes, reads by range and
-lists by prefix; ``base`` states the contract that tests/store_contract.py
+lists by prefix; ``base`` states the contract that tests/support/store_contract.py
 runs against each backend, and ``WriteRefusingStore``, the base of the
 read-only ones. Backends: ``directory`` (with ``fileio``, openat2 under the
 root), ``zipstore`` (with ``zipindex``), ``http`` (with ``httpwire``) and
