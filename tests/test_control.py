@@ -28,7 +28,7 @@ from tests.test_enospc import full_store
 from tests.test_handlers import ROOT, fuse_errno, run
 from tests.test_handlers import lookup_path as lookup
 from zarrfs.core.read.chunks import ChunkCache
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace.tree import Tree

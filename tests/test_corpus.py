@@ -19,7 +19,7 @@ import trio
 
 from tests.conftest import CORPUS
 from tests.mounting import mounted
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.namespace.tree import DirNode, FileNode
 from zarrfs.stores.base import Store
 

@@ -15,7 +15,7 @@ import pytest
 import trio
 import zarr
 
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import PID_XATTR, OpenFile, Operations

@@ -26,7 +26,7 @@ import trio
 
 from tests.test_consolidated import ZARRAY, write_v2_hierarchy
 from zarrfs.core.arrays import ArrayState
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace import tree as tree_module

@@ -39,7 +39,7 @@ from tests.oracles import assert_same_bits
 from tests.stores import run_promptly
 from tests.test_control import close, open_file
 from tests.test_handlers import fuse_errno, lookup_path, run
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace import tree as tree_module

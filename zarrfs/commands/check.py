@@ -13,7 +13,7 @@ stored chunk decodes and all metadata reads; 1 when a chunk is corrupt or cannot
 read, or some metadata cannot be read (each one printed with its store key and the
 reason), or when there is nothing to check (no array found: one line); 2 for a usage
 error. The store is opened read-only (walk.ReadOnlyStore). Every line is printed
-through walk.printable: keys and reasons come from the store.
+through output.printable: keys and reasons come from the store.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 import click
 from tqdm import tqdm
 
-from zarrfs.commands.walk import Hierarchy, echo, open_and_walk, printable
+from zarrfs.commands.output import echo, open_and_walk, printable
+from zarrfs.commands.walk import Hierarchy
 from zarrfs.core.read.loading import decode_fetched, fetch_chunk
 from zarrfs.core.read.shardread import Where, load_index
 from zarrfs.errors import ChunkError, ZarrfsError
@@ -386,9 +387,7 @@ def check_command(
     it). Prints each corrupt chunk by its store key with the reason, then a summary
     per array. Exits 0 if everything stored decodes (missing chunks are fine), 1 if
     any chunk is corrupt or any metadata unreadable."""
-    opened, hierarchy = open_and_walk(
-        store, anonymous=anonymous, consolidated=not no_consolidated, done=None
-    )
+    opened, hierarchy = open_and_walk(store, anonymous=anonymous, consolidated=not no_consolidated)
     nothing = nothing_to_check(hierarchy)
     if nothing is not None:
         echo(f"zarrfs: error: {opened.describe()}: nothing to check: {nothing}", err=True)

@@ -6,7 +6,7 @@ of a sharded v3 array: ``chunks`` is then the inner chunk) and codecs, in the
 document's own words. The hierarchy is listed as the mount lists it (zarrfs/commands/walk.py):
 from consolidated metadata where the root holds it, one document read for the whole
 tree. A node whose metadata cannot be read is shown as such, its reason on stderr,
-and the exit status is then 1. Every line is printed through walk.printable: names
+and the exit status is then 1. Every line is printed through output.printable: names
 and codec settings come from the store.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 
 import click
 
-from zarrfs.commands.walk import Node, echo, open_and_walk
+from zarrfs.commands.output import echo, open_and_walk
+from zarrfs.commands.walk import Node
 from zarrfs.formats.limits import clip
 from zarrfs.formats.metadata.describe import codec_fields
 from zarrfs.formats.model import ArrayMeta
@@ -124,9 +125,13 @@ def tree_lines(root: Node) -> list[str]:
 def tree_command(store: str, no_consolidated: bool, anonymous: bool) -> None:
     """Print the hierarchy of the Zarr STORE: groups, and arrays with their shape,
     data type, chunks and codecs. Exits 1 if any metadata cannot be read."""
-    _, hierarchy = open_and_walk(
-        store, anonymous=anonymous, consolidated=not no_consolidated, done="shown"
-    )
+    opened, hierarchy = open_and_walk(store, anonymous=anonymous, consolidated=not no_consolidated)
+    if not hierarchy.listed:
+        echo(
+            f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
+            "metadata: only its root is shown",
+            err=True,
+        )
     for line in tree_lines(hierarchy.root):
         echo(line)
     found = hierarchy.problem_lines()
