@@ -35,20 +35,16 @@ from zarrfs.commands.output import echo, open_and_walk, printable
 from zarrfs.commands.walk import Hierarchy
 from zarrfs.core.read.loading import decode_fetched, fetch_chunk
 from zarrfs.core.read.shardread import Where, load_index
+from zarrfs.core.sizes import format_size, plural
 from zarrfs.errors import ChunkError, ZarrfsError
 from zarrfs.formats.grid.layout import Index, grid_shape
 from zarrfs.formats.grid.shards import ShardIndex, inner_range
 from zarrfs.formats.model import ArrayMeta, join_key
 from zarrfs.stores.base import Store
-from zarrfs.views.info import human
 
 # Jobs queued per worker thread: enough to keep them busy, few enough that a store
 # of millions of chunks is never all in memory at once.
 QUEUED_PER_WORKER = 4
-
-
-def _chunks(n: int) -> str:
-    return "1 chunk" if n == 1 else f"{n} chunks"
 
 
 @dataclass
@@ -70,9 +66,10 @@ class ArrayCheck:
         name = f"/{self.path}"
         if self.skipped is not None:
             return f"{name}: not checked: {self.skipped}"
+        stored = format_size(self.nbytes, short=True)
         return (
-            f"{name}: {_chunks(self.total)}: {self.present} present, {self.missing} missing, "
-            f"{self.corrupt} corrupt; {human(self.nbytes)} stored ({self.nbytes} bytes)"
+            f"{name}: {plural(self.total, 'chunk')}: {self.present} present, "
+            f"{self.missing} missing, {self.corrupt} corrupt; {stored} stored ({self.nbytes} bytes)"
         )
 
 

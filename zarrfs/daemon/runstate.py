@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from zarrfs.core.sizes import format_size, plural
 from zarrfs.errors import ZarrfsError
 
 if TYPE_CHECKING:
@@ -192,21 +193,6 @@ def lock_holder(device: int, inode: int) -> tuple[Any, int] | None:
 # -- what was not stored ---------------------------------------------------------------
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def format_size(nbytes: int) -> str:
-    if nbytes < 1024:
-        return _plural(nbytes, "byte")
-    value = float(nbytes)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.4g} {unit}"
-
-
 @dataclass
 class Unstored:
     """What a daemon could not store at its end."""
@@ -224,11 +210,11 @@ class Unstored:
         if self.error is not None:
             if self.chunks:
                 verb = "was" if self.chunks == 1 else "were"
-                what = f"{_plural(self.chunks, 'chunk')} ({format_size(self.nbytes)}) of "
-                parts.append(f"{what}{_plural(self.arrays, 'array')} {verb} not stored")
+                what = f"{plural(self.chunks, 'chunk')} ({format_size(self.nbytes)}) of "
+                parts.append(f"{what}{plural(self.arrays, 'array')} {verb} not stored")
             elif self.arrays:
                 verb = "was" if self.arrays == 1 else "were"
-                parts.append(f"the metadata of {_plural(self.arrays, 'array')} {verb} not stored")
+                parts.append(f"the metadata of {plural(self.arrays, 'array')} {verb} not stored")
             else:
                 parts.append("data was not stored")
             parts[-1] += f": {self.error}"
@@ -239,8 +225,8 @@ class Unstored:
             if names and self.tail_arrays > len(self.tail_names):
                 names += f" and {self.tail_arrays - len(self.tail_names)} more"
             parts.append(
-                f"{_plural(self.tail_bytes, 'byte')} of {rows} of "
-                f"{_plural(self.tail_arrays, 'array')}{f' ({names})' if names else ''} "
+                f"{plural(self.tail_bytes, 'byte')} of {rows} of "
+                f"{plural(self.tail_arrays, 'array')}{f' ({names})' if names else ''} "
                 f"{verb} dropped"
             )
         return "; ".join(parts)

@@ -25,6 +25,7 @@ import trio
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
+from zarrfs.core.sizes import format_size
 from zarrfs.formats.grid.layout import grid_shape
 from zarrfs.formats.metadata.describe import numpy_dtype
 from zarrfs.formats.model import ArrayMeta
@@ -33,7 +34,6 @@ from zarrfs.views.base import View
 from zarrfs.views.xattrs import codec_fields, fill_text, json_text
 
 INFO_NAME = "info"
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,6 @@ class Stored:
     chunks: int  # distinct chunks inside the current grid (sharded: in stored shards)
     nbytes: int  # their bytes (sharded: the shards') plus the metadata documents'
     shards: int = 0  # sharded arrays: distinct shards inside the shard grid
-
-
-def human(nbytes: int) -> str:
-    """ "1.5 MiB", "12 B"."""
-    value = float(nbytes)
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
-            return f"{nbytes} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError  # unreachable
 
 
 def _dtype_text(dtype: np.dtype) -> str:
@@ -132,8 +122,8 @@ def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
         ("Fill value", fill_text(meta)),
         *_codec_rows(meta),
         ("Dimension names", ", ".join(str(d) for d in dims) if dims else "-"),
-        ("No. bytes", f"{meta.nbytes} ({human(meta.nbytes)})"),
-        ("No. bytes stored", f"{stored.nbytes} ({human(stored.nbytes)})"),
+        ("No. bytes", f"{meta.nbytes} ({format_size(meta.nbytes, short=True)})"),
+        ("No. bytes stored", f"{stored.nbytes} ({format_size(stored.nbytes, short=True)})"),
         ("Storage ratio", f"{ratio:.3g}"),
     ]
     if meta.shards is not None:
