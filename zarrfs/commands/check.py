@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import os
 import sys
 from collections import deque
@@ -39,8 +38,8 @@ from zarrfs.core.sizes import format_size, plural
 from zarrfs.errors import ChunkError, ZarrfsError
 from zarrfs.formats.grid.layout import Index, grid_shape
 from zarrfs.formats.grid.shards import ShardIndex, inner_range
-from zarrfs.formats.model import ArrayMeta, join_key
-from zarrfs.stores.base import Store
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import Store, join_key
 
 # Jobs queued per worker thread: enough to keep them busy, few enough that a store
 # of millions of chunks is never all in memory at once.
@@ -135,14 +134,6 @@ def check_inner(
     return Done(report, checked=1 + missed, present=1)
 
 
-def inner_count(meta: ArrayMeta, shard: Index) -> int:
-    """How many inner chunks of ``shard`` lie inside the array (edge shards overhang)."""
-    assert meta.shards is not None
-    per_shard = meta.shards.geometry.chunks_per_shard
-    grid = grid_shape(meta.shape, meta.chunks)
-    return math.prod(max(0, min((i + 1) * n, g) - i * n) for i, n, g in zip(shard, per_shard, grid))
-
-
 def _inner_jobs(
     store: Store, meta: ArrayMeta, report: ArrayCheck, shard: Index, key: str, index: ShardIndex
 ) -> Iterator[Job]:
@@ -173,7 +164,7 @@ def check_shard(
     """Read and check one shard's index; its stored inner chunks become jobs."""
     assert meta.shards is not None
     key = meta.shards.shard_keys(shard)[0]
-    count = inner_count(meta, shard)
+    count = meta.shards.geometry.inner_count(shard)
     try:
         index = load_index(store, meta, shard)
         if index is None:
@@ -204,7 +195,7 @@ def _listed_units(
             if unit in seen:
                 continue
             seen.add(unit)
-        add_total(1 if meta.shards is None else inner_count(meta, unit))
+        add_total(1 if meta.shards is None else meta.shards.geometry.inner_count(unit))
         yield unit, size
 
 

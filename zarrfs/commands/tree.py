@@ -21,7 +21,7 @@ import click
 from zarrfs.commands.output import echo, open_and_walk
 from zarrfs.commands.walk import Node
 from zarrfs.formats.limits import clip
-from zarrfs.formats.metadata.describe import codec_fields
+from zarrfs.formats.metadata.describe import codec_fields, type_text, written_type
 from zarrfs.formats.model import ArrayMeta
 
 # A line is for reading: codec configurations chosen by the store are cut here.
@@ -70,15 +70,6 @@ def codecs_text(meta: ArrayMeta) -> str:
     return clip("[" + ", ".join(codec_text(c) for c in codecs) + "]", MAX_CODECS_TEXT)
 
 
-def dtype_text(meta: ArrayMeta) -> str:
-    """The data type as the document names it: v3's name (or extension object), v2's
-    numpy string (a structured type as its field list)."""
-    if meta.data_type_json is not None:
-        named = meta.data_type_json
-        return named if isinstance(named, str) else clip(json.dumps(named))
-    return meta.dtype.str if meta.dtype.fields is None else clip(json.dumps(meta.dtype.descr))
-
-
 def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -90,7 +81,7 @@ def node_text(node: Node) -> str:
     if not isinstance(node.meta, ArrayMeta):
         return name
     meta = node.meta
-    parts = [name, _shape(meta.shape), dtype_text(meta)]
+    parts = [name, _shape(meta.shape), type_text(written_type(meta))]
     if meta.shards is not None:
         parts.append(f"shards={_shape(meta.shards.shard_shape)}")
     parts += [f"chunks={_shape(meta.chunks)}", f"codecs={codecs_text(meta)}"]

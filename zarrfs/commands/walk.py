@@ -18,8 +18,8 @@ from zarrfs.errors import InvalidValueError, MetadataError, StoreError
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import Consolidated
 from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
-from zarrfs.formats.model import ArrayMeta, NodeMeta, join_key
-from zarrfs.stores.base import Listing, Store, WriteRefusingStore
+from zarrfs.formats.model import ArrayMeta, NodeMeta
+from zarrfs.stores.base import Listing, Store, WriteRefusingStore, join_key
 from zarrfs.stores.location import StoreOptions, open_store
 
 

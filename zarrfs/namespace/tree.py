@@ -43,8 +43,8 @@ from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import Consolidated
 from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
-from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
-from zarrfs.stores.base import Store
+from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta
+from zarrfs.stores.base import Store, join_key
 from zarrfs.views import chunkkeys
 from zarrfs.views.base import DocumentView, View
 from zarrfs.views.chunkkeys import ChunkKeyView

@@ -43,8 +43,8 @@ from zarrfs.errors import (
 )
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.metadata.resize import resized_documents
-from zarrfs.formats.model import ArrayMeta, join_key
-from zarrfs.stores.base import Store
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import Store, join_key
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,7 @@ from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
 from zarrfs.formats.metadata import consolidated, detect, v2, v3
 from zarrfs.formats.metadata.consolidated import Consolidated
 from zarrfs.formats.metadata.detect import Detected
-from zarrfs.formats.model import join_key
-from zarrfs.stores.base import Store
+from zarrfs.stores.base import Store, join_key
 
 # Root key → its consolidated listing (None: it holds none), newest layout first.
 _LISTINGS: dict[str, Callable[[bytes], Consolidated | None]] = {

@@ -16,7 +16,8 @@ from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs.pipeline import CodecPipeline
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.metadata.v2 import codec_json, parse_array_document, parse_attrs, parse_order
-from zarrfs.formats.model import ArrayMeta, chunk_key_parser, join_key
+from zarrfs.formats.model import ArrayMeta, chunk_key_parser
+from zarrfs.stores.base import join_key
 
 V0_META_KEY = "__zmeta__"
 V0_ATTRS_KEY = "__zattr__"

@@ -24,7 +24,8 @@ from zarrfs.formats.metadata.dtypes import (
     parse_dtype,
     parse_shape,
 )
-from zarrfs.formats.model import ArrayMeta, GroupMeta, chunk_key_parser, join_key
+from zarrfs.formats.model import ArrayMeta, GroupMeta, chunk_key_parser
+from zarrfs.stores.base import join_key
 
 ARRAY_KEY = ".zarray"
 GROUP_KEY = ".zgroup"

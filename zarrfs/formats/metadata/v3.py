@@ -32,8 +32,8 @@ from zarrfs.formats.model import (
     NodeMeta,
     ShardLayout,
     _is_index,
-    join_key,
 )
+from zarrfs.stores.base import join_key
 
 ZARR_JSON = "zarr.json"
 _KNOWN_ARRAY_KEYS = {
