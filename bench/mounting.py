@@ -133,7 +133,8 @@ def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
     both are sent reads of the same size: at the kernel's 128 KiB, memfs answers
     eight times the requests and reads at half its rate.
     """
-    from zarrfs.daemon.mount import MountOptions, set_readahead
+    from zarrfs.daemon.build import MountOptions
+    from zarrfs.daemon.tuning import set_readahead
 
     command = [sys.executable, "-m", "bench.memfs", str(size)]
     with _daemon(command, "memfs", log_dir) as m:

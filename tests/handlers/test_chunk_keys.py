@@ -27,7 +27,7 @@ from tests.support.handlers import (
     run,
 )
 from tests.support.stores import run_promptly
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.namespace import recent
 from zarrfs.namespace.nodes import KeyDirNode, KeyFileNode

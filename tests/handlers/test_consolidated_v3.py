@@ -136,7 +136,7 @@ def test_a_root_zarr_json_is_opened_in_a_few_times_its_size(tmp_path: Path) -> N
 def test_the_newest_layout_at_the_root_owns_the_listing() -> None:
     assert hierarchy.ROOT_KEYS == ("zarr.json", ".zmetadata")
     assert not hierarchy.shown_at_root("zarr.json") and hierarchy.shown_at_root(".zmetadata")
-    assert hierarchy.open_listing("zarr.json", json.dumps(GROUP).encode()) is None
+    assert hierarchy.open_listing("zarr.json", json.dumps(GROUP).encode()).listing is None
 
 
 # -- listing through the tree ---------------------------------------------------------

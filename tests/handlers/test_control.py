@@ -30,7 +30,7 @@ from tests.support.control import (
 from tests.support.handlers import ROOT, close, fuse_errno, open_file, run
 from tests.support.handlers import lookup_path as lookup
 from zarrfs.core.read.chunks import ChunkCache
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace.tree import Tree

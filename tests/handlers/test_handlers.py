@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 from tests.support.handlers import ROOT, fuse_errno, lookup_path, run
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import PID_XATTR, OpenFile, Operations

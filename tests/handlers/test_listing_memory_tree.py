@@ -27,7 +27,7 @@ import trio
 from tests.support.consolidated import write_v2_hierarchy
 from tests.support.stores import v2_zarray
 from zarrfs.core.arrays import ArrayState
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace import recent

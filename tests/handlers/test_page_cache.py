@@ -19,7 +19,7 @@ import trio
 import zarr
 
 from tests.support.stores import zlib_array
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.fuse import operations as operations_module
 from zarrfs.fuse.operations import Operations
 from zarrfs.stores.directory import DirectoryStore

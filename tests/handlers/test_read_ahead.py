@@ -19,7 +19,7 @@ from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
-from zarrfs.daemon.mount import mount_device
+from zarrfs.daemon.mountinfo import mount_device
 from zarrfs.formats.grid.layout import contiguous_chunk_nbytes, contiguous_runs
 from zarrfs.formats.metadata.v2 import parse_array
 from zarrfs.fuse.operations import Operations

@@ -19,7 +19,7 @@ import zarr
 from zarrfs.core.counters import Counters
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace.nodes import FileNode
 from zarrfs.namespace.tree import Tree

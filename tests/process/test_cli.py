@@ -30,9 +30,8 @@ from tests.support import daemon_logs
 from tests.support.cli import PID_XATTR, alive, assert_one_error_line, run_cli
 from tests.support.http_server import HttpServer
 from tests.support.mounting import mounted, unmount
-from zarrfs.commands import cli as zarrfs_cli
-from zarrfs.daemon import runstate
-from zarrfs.daemon.mount import READ_ONLY_HINT
+from zarrfs.daemon import logs, runstate
+from zarrfs.daemon.serve import READ_ONLY_HINT
 
 FOO_BAR_FILES = [".zarray", ".zattrs", "array.hdr", "array.nhdr", "array.npy", "array.raw", "info"]
 
@@ -421,7 +420,7 @@ def test_a_detached_daemon_without_syslog_logs_to_its_run_directory(
         assert result.returncode == 0, result.stderr
         pid = int(os.getxattr(mountpoint, PID_XATTR))
         log = Path(runstate.run_dir()) / f"{pid}.log"
-        no_syslog = zarrfs_cli._no_syslog(zarrfs_cli.SYSLOG_SOCKET)
+        no_syslog = logs._no_syslog(logs.SYSLOG_SOCKET)
         if no_syslog is None:  # syslog here: the log is there, and nothing is said
             assert (result.stderr, log.exists()) == ("", False)
         else:
@@ -472,10 +471,10 @@ def test_without_syslog_the_log_is_a_file_in_the_run_directory(
     restored_logging: logging.Logger,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(zarrfs_cli, "SYSLOG_SOCKET", str(address(tmp_path)))
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(address(tmp_path)))
     log = Path(runstate.run_dir()) / f"{os.getpid()}.log"
     try:
-        said = zarrfs_cli.setup_logging("info", None, detached=True)
+        said = logs.setup_logging("info", None, detached=True)
         assert said is not None and said.startswith(f"zarrfs: logging to {log} (no syslog at")
         logging.getLogger("zarrfs.test").warning("kept")
         for handler in restored_logging.handlers:
@@ -490,8 +489,8 @@ def test_a_listening_syslog_is_used(
 ) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as syslog:
         syslog.bind(str(tmp_path / "log"))
-        monkeypatch.setattr(zarrfs_cli, "SYSLOG_SOCKET", str(tmp_path / "log"))
-        assert zarrfs_cli.setup_logging("info", None, detached=True) is None
+        monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "log"))
+        assert logs.setup_logging("info", None, detached=True) is None
         logging.getLogger("zarrfs.test").warning("to syslog")
         syslog.settimeout(5)
         assert b"to syslog" in syslog.recv(4096)

@@ -3,7 +3,7 @@
 Names, keys, reasons and codec settings come from the store; a terminal acts on the
 control characters they may hold (an OSC sequence retitles the window, CSI moves
 the cursor or clears the screen, a newline fakes a line such as ``ok: ...``). Both
-commands write every line through ``walk.printable``: C0, DEL, C1, the line and
+commands write every line through ``output.printable``: C0, DEL, C1, the line and
 paragraph separators, the bidirectional formatting characters and lone surrogates
 come out as escapes (``\\x1b``, ``\\n``, ``\\u202e``, ``\\udcff``). So the only
 control characters in their output are the newlines ending their own lines.
@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from tests.support.mounting import zarrfs_command
 from tests.support.stores import v2_zarray
 from zarrfs.commands.check import check_command
+from zarrfs.commands.output import printable
 from zarrfs.commands.tree import tree_command
-from zarrfs.commands.walk import printable, walk
+from zarrfs.commands.walk import walk
 from zarrfs.stores.directory import DirectoryStore
 
 BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")

@@ -437,7 +437,7 @@ MOUNTINFO = (
     ],
 )
 def test_find_mount(mountpoint: str, expected: tuple[str, str, str, str] | None) -> None:
-    from zarrfs.daemon.mount import find_mount, mount_device
+    from zarrfs.daemon.mountinfo import find_mount, mount_device
 
     entry = find_mount(mountpoint, MOUNTINFO)
     assert (dataclasses.astuple(entry) if entry is not None else None) == expected
@@ -445,7 +445,7 @@ def test_find_mount(mountpoint: str, expected: tuple[str, str, str, str] | None)
 
 
 def test_parse_mountinfo_skips_malformed_lines() -> None:
-    from zarrfs.daemon.mount import parse_mountinfo
+    from zarrfs.daemon.mountinfo import parse_mountinfo
 
     assert len(parse_mountinfo(MOUNTINFO)) == 6
     assert parse_mountinfo("") == []
@@ -501,7 +501,7 @@ def test_the_daemon_collects_garbage_rarely_and_never_scans_its_startup_objects(
     # In a fresh interpreter: tune_gc changes the process's collector for good.
     code = (
         "import gc\n"
-        "from zarrfs.daemon.mount import GC_YOUNG_THRESHOLD, tune_gc\n"
+        "from zarrfs.daemon.tuning import GC_YOUNG_THRESHOLD, tune_gc\n"
         "assert gc.get_freeze_count() == 0 and gc.get_threshold()[0] < GC_YOUNG_THRESHOLD\n"
         "tune_gc()\n"
         "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n"

@@ -17,7 +17,7 @@ import numpy as np
 import trio
 
 from tests.support.paths import CORPUS
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.namespace.nodes import DirNode, FileNode
 
 METADATA_KEYS = ("zarr.json", ".zarray", ".zgroup", "meta", "__zmeta__")

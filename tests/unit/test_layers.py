@@ -1,7 +1,8 @@
 """Layers one way: stores → formats → core → views → namespace → fuse → daemon → commands.
 
 No module imports one of a layer above its own, lazily inside
-a function included; ``errors`` and ``__init__``/``__main__`` stand outside.
+a function included; ``errors`` and ``__init__``/``__main__`` stand outside. The
+offline commands (``check``, ``tree``) import nothing above core, transitively.
 """
 
 from __future__ import annotations
@@ -89,6 +90,67 @@ def test_sublayers_import_downwards() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+# ``zarrfs check`` and ``zarrfs tree`` read a store without mounting it: they, and the
+# command modules they are made of, stand on the lower layers alone.
+OFFLINE_COMMANDS = ("zarrfs.commands.check", "zarrfs.commands.tree", "zarrfs.commands.walk")
+OFFLINE_PARTS = {*OFFLINE_COMMANDS, "zarrfs.commands.output"}
+OFFLINE_LAYERS = ("stores", "formats", "core", "errors")
+
+
+def module_file(module: str) -> Path | None:
+    """The file of a zarrfs module or package; None if there is none."""
+    base = PACKAGE.parent.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def modules_imported(path: Path) -> set[str]:
+    """The zarrfs modules ``path`` imports, ``from package import module`` included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if module_file(f"{node.module}.{alias.name}") is not None
+            )
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "zarrfs"}
+
+
+def imported_by(roots: tuple[str, ...]) -> dict[str, str]:
+    """Every zarrfs module importing ``roots`` runs (their packages' ``__init__``
+    included), each with the module that imports it."""
+    seen = {root: "" for root in roots}
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")
+        packages = {".".join(parts[:i]) for i in range(1, len(parts))}
+        path = module_file(module)
+        imported = packages | (modules_imported(path) if path is not None else set())
+        for name in imported - seen.keys():
+            seen[name] = module
+            todo.append(name)
+    return seen
+
+
+def test_offline_commands_import_only_stores_formats_and_core() -> None:
+    reached = imported_by(OFFLINE_COMMANDS)
+    wrong = [
+        f"{by} imports {module}"
+        for module, by in sorted(reached.items())
+        if layer_of(module) not in (None, *OFFLINE_LAYERS)
+        and module not in OFFLINE_PARTS | {"zarrfs.commands"}
+    ]
+    assert not wrong, "\n".join(wrong)
+    assert "zarrfs.stores.base" in reached and "zarrfs.core.read.loading" in reached
+
+
 def test_the_check_sees_a_violation() -> None:
     assert layer_of("zarrfs.core.arrays") == "core"
     assert layer_of("zarrfs.commands.cli") == "commands"
@@ -96,3 +158,5 @@ def test_the_check_sees_a_violation() -> None:
     assert LAYERS.index(layer_of("zarrfs.views.raw")) > LAYERS.index("core")
     order = SUBLAYERS["formats"]
     assert order.index(sublayer_of("zarrfs.formats.metadata.v2")) > order.index("grid")
+    reached = imported_by(("zarrfs.commands.mount",))
+    assert "zarrfs.daemon.build" in reached and "zarrfs.namespace.tree" in reached

@@ -13,14 +13,13 @@ stored chunk decodes and all metadata reads; 1 when a chunk is corrupt or cannot
 read, or some metadata cannot be read (each one printed with its store key and the
 reason), or when there is nothing to check (no array found: one line); 2 for a usage
 error. The store is opened read-only (walk.ReadOnlyStore). Every line is printed
-through walk.printable: keys and reasons come from the store.
+through output.printable: keys and reasons come from the store.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-import math
 import os
 import sys
 from collections import deque
@@ -31,23 +30,20 @@ from dataclasses import dataclass, replace
 import click
 from tqdm import tqdm
 
-from zarrfs.commands.walk import Hierarchy, echo, open_and_walk, printable
+from zarrfs.commands.output import echo, open_and_walk, printable
+from zarrfs.commands.walk import Hierarchy
 from zarrfs.core.read.loading import decode_fetched, fetch_chunk
 from zarrfs.core.read.shardread import Where, load_index
+from zarrfs.core.sizes import format_size, plural
 from zarrfs.errors import ChunkError, ZarrfsError
 from zarrfs.formats.grid.layout import Index, grid_shape
 from zarrfs.formats.grid.shards import ShardIndex, inner_range
-from zarrfs.formats.model import ArrayMeta, join_key
-from zarrfs.stores.base import Store
-from zarrfs.views.info import human
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import Store, join_key
 
 # Jobs queued per worker thread: enough to keep them busy, few enough that a store
 # of millions of chunks is never all in memory at once.
 QUEUED_PER_WORKER = 4
-
-
-def _chunks(n: int) -> str:
-    return "1 chunk" if n == 1 else f"{n} chunks"
 
 
 @dataclass
@@ -69,9 +65,10 @@ class ArrayCheck:
         name = f"/{self.path}"
         if self.skipped is not None:
             return f"{name}: not checked: {self.skipped}"
+        stored = format_size(self.nbytes, short=True)
         return (
-            f"{name}: {_chunks(self.total)}: {self.present} present, {self.missing} missing, "
-            f"{self.corrupt} corrupt; {human(self.nbytes)} stored ({self.nbytes} bytes)"
+            f"{name}: {plural(self.total, 'chunk')}: {self.present} present, "
+            f"{self.missing} missing, {self.corrupt} corrupt; {stored} stored ({self.nbytes} bytes)"
         )
 
 
@@ -137,14 +134,6 @@ def check_inner(
     return Done(report, checked=1 + missed, present=1)
 
 
-def inner_count(meta: ArrayMeta, shard: Index) -> int:
-    """How many inner chunks of ``shard`` lie inside the array (edge shards overhang)."""
-    assert meta.shards is not None
-    per_shard = meta.shards.geometry.chunks_per_shard
-    grid = grid_shape(meta.shape, meta.chunks)
-    return math.prod(max(0, min((i + 1) * n, g) - i * n) for i, n, g in zip(shard, per_shard, grid))
-
-
 def _inner_jobs(
     store: Store, meta: ArrayMeta, report: ArrayCheck, shard: Index, key: str, index: ShardIndex
 ) -> Iterator[Job]:
@@ -175,7 +164,7 @@ def check_shard(
     """Read and check one shard's index; its stored inner chunks become jobs."""
     assert meta.shards is not None
     key = meta.shards.shard_keys(shard)[0]
-    count = inner_count(meta, shard)
+    count = meta.shards.geometry.inner_count(shard)
     try:
         index = load_index(store, meta, shard)
         if index is None:
@@ -206,7 +195,7 @@ def _listed_units(
             if unit in seen:
                 continue
             seen.add(unit)
-        add_total(1 if meta.shards is None else inner_count(meta, unit))
+        add_total(1 if meta.shards is None else meta.shards.geometry.inner_count(unit))
         yield unit, size
 
 
@@ -386,9 +375,7 @@ def check_command(
     it). Prints each corrupt chunk by its store key with the reason, then a summary
     per array. Exits 0 if everything stored decodes (missing chunks are fine), 1 if
     any chunk is corrupt or any metadata unreadable."""
-    opened, hierarchy = open_and_walk(
-        store, anonymous=anonymous, consolidated=not no_consolidated, done=None
-    )
+    opened, hierarchy = open_and_walk(store, anonymous=anonymous, consolidated=not no_consolidated)
     nothing = nothing_to_check(hierarchy)
     if nothing is not None:
         echo(f"zarrfs: error: {opened.describe()}: nothing to check: {nothing}", err=True)

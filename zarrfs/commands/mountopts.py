@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from zarrfs.core.sizes import parse_size
-from zarrfs.daemon.runstate import format_size
+from zarrfs.core.sizes import format_size, parse_size
 
 # mount(8)'s own options and the fstab bookkeeping of other programs (systemd, udisks,
 # mount.fuse3): a FUSE daemon has nothing to do with them, and libfuse refuses the ones

@@ -6,7 +6,7 @@ of a sharded v3 array: ``chunks`` is then the inner chunk) and codecs, in the
 document's own words. The hierarchy is listed as the mount lists it (zarrfs/commands/walk.py):
 from consolidated metadata where the root holds it, one document read for the whole
 tree. A node whose metadata cannot be read is shown as such, its reason on stderr,
-and the exit status is then 1. Every line is printed through walk.printable: names
+and the exit status is then 1. Every line is printed through output.printable: names
 and codec settings come from the store.
 """
 
@@ -18,9 +18,10 @@ from typing import Any
 
 import click
 
-from zarrfs.commands.walk import Node, echo, open_and_walk
+from zarrfs.commands.output import echo, open_and_walk
+from zarrfs.commands.walk import Node
 from zarrfs.formats.limits import clip
-from zarrfs.formats.metadata.describe import codec_fields
+from zarrfs.formats.metadata.describe import codec_fields, type_text, written_type
 from zarrfs.formats.model import ArrayMeta
 
 # A line is for reading: codec configurations chosen by the store are cut here.
@@ -69,15 +70,6 @@ def codecs_text(meta: ArrayMeta) -> str:
     return clip("[" + ", ".join(codec_text(c) for c in codecs) + "]", MAX_CODECS_TEXT)
 
 
-def dtype_text(meta: ArrayMeta) -> str:
-    """The data type as the document names it: v3's name (or extension object), v2's
-    numpy string (a structured type as its field list)."""
-    if meta.data_type_json is not None:
-        named = meta.data_type_json
-        return named if isinstance(named, str) else clip(json.dumps(named))
-    return meta.dtype.str if meta.dtype.fields is None else clip(json.dumps(meta.dtype.descr))
-
-
 def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -89,7 +81,7 @@ def node_text(node: Node) -> str:
     if not isinstance(node.meta, ArrayMeta):
         return name
     meta = node.meta
-    parts = [name, _shape(meta.shape), dtype_text(meta)]
+    parts = [name, _shape(meta.shape), type_text(written_type(meta))]
     if meta.shards is not None:
         parts.append(f"shards={_shape(meta.shards.shard_shape)}")
     parts += [f"chunks={_shape(meta.chunks)}", f"codecs={codecs_text(meta)}"]
@@ -124,9 +116,13 @@ def tree_lines(root: Node) -> list[str]:
 def tree_command(store: str, no_consolidated: bool, anonymous: bool) -> None:
     """Print the hierarchy of the Zarr STORE: groups, and arrays with their shape,
     data type, chunks and codecs. Exits 1 if any metadata cannot be read."""
-    _, hierarchy = open_and_walk(
-        store, anonymous=anonymous, consolidated=not no_consolidated, done="shown"
-    )
+    opened, hierarchy = open_and_walk(store, anonymous=anonymous, consolidated=not no_consolidated)
+    if not hierarchy.listed:
+        echo(
+            f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
+            "metadata: only its root is shown",
+            err=True,
+        )
     for line in tree_lines(hierarchy.root):
         echo(line)
     found = hierarchy.problem_lines()

@@ -5,80 +5,22 @@ it alone lists the hierarchy (unless ``consolidated=False``), otherwise each sto
 directory is listed; what a directory's documents make of it is formats/metadata/hierarchy.py's
 business. Unlike the tree, which hides a node whose metadata is broken and keeps
 serving the rest, a walk keeps such a node with the reason, so that the commands can
-report it. Reads only: nothing here writes to the store.
-
-Everything the commands print passes through ``printable``: names, keys, reasons and
-codec settings come from the store, and a terminal acts on the control characters
-they may hold (an escape sequence retitles the window or moves the cursor, a newline
-fakes a line of output).
+report it. Reads only: nothing here writes to the store, and nothing here prints: the
+commands print what it found (commands/output.py).
 """
 
 from __future__ import annotations
 
-import logging
-import re
-import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import click
-
-from zarrfs.errors import InvalidValueError, MetadataError, StoreError, ZarrfsError
+from zarrfs.errors import InvalidValueError, MetadataError, StoreError
 from zarrfs.formats.metadata import hierarchy
-from zarrfs.formats.metadata.hierarchy import Listing
-from zarrfs.formats.model import ArrayMeta, NodeMeta, join_key
-from zarrfs.namespace.tree import node_documents, read_root_keys
-from zarrfs.stores.base import Listing as KeyListing
-from zarrfs.stores.base import Store, WriteRefusingStore
+from zarrfs.formats.metadata.consolidated import Consolidated
+from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
+from zarrfs.formats.model import ArrayMeta, NodeMeta
+from zarrfs.stores.base import Listing, Store, WriteRefusingStore, join_key
 from zarrfs.stores.location import StoreOptions, open_store
-
-# What a terminal acts on instead of showing: C0 controls, DEL and C1 controls (Unicode's
-# "Cc"), the line and paragraph separators, the bidirectional formatting characters
-# (they reorder what follows them on screen), and lone surrogates (undecodable bytes
-# of a file name, which no terminal encoding can carry).
-_UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on written as an escape
-    (``\\x1b``, ``\\n``, ``\\u202e``), so that what the store holds is shown, never
-    obeyed; the rest is left as it is."""
-    return _UNPRINTABLE.sub(_escape, text)
-
-
-def echo(line: str, *, err: bool = False) -> None:
-    """One line of a command's output (stdout, or stderr with ``err``), made printable."""
-    click.echo(printable(line), err=err)
-
-
-class _PrintableHandler(logging.Handler):
-    """Log lines of the commands on stderr, made printable, message only (as Python's
-    fallback handler writes them, to whatever stderr is at the time)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            echo(self.format(record), err=True)
-        except Exception:
-            self.handleError(record)
-
-
-def _log_printably() -> None:
-    """Send the commands' log lines through _PrintableHandler, unless logging was set
-    up already."""
-    logger = logging.getLogger("zarrfs")
-    if logger.handlers or logging.getLogger().handlers:
-        return
-    logger.addHandler(_PrintableHandler(logging.WARNING))
 
 
 class ReadOnlyStore(WriteRefusingStore):
@@ -109,7 +51,7 @@ class ReadOnlyStore(WriteRefusingStore):
     def contains(self, key: str) -> bool:
         return self.inner.contains(key)
 
-    def list_dir(self, prefix: str) -> KeyListing:
+    def list_dir(self, prefix: str) -> Listing:
         return self.inner.list_dir(prefix)
 
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
@@ -168,44 +110,17 @@ class Hierarchy:
         return found
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@contextmanager
-def _format_warnings() -> Iterator[list[str]]:
-    """What formats/ logs while it reads metadata: a document it had to ignore
-    (malformed attributes, unusable consolidated metadata) tells in a log line only,
-    and is unreadable metadata for the commands. Collected instead of logged."""
-    logger = logging.getLogger("zarrfs.formats")
-    collect = _Collect()
-    propagate, level = logger.propagate, logger.level
-    logger.addHandler(collect)
-    logger.propagate = False
-    logger.setLevel(logging.WARNING)
-    try:
-        yield collect.messages
-    finally:
-        logger.removeHandler(collect)
-        logger.propagate, logger.level = propagate, level
-
-
 class _Walker:
     def __init__(self, store: Store, consolidated: bool) -> None:
         self.store = store
         self.problems: list[str] = []
-        self.listing: Listing | None = None
+        self.listing: Consolidated | None = None
         self.root_reads: dict[str, bytes | None] = {}
         source = self._read_root()
         if consolidated and source is not None:
-            with _format_warnings() as messages:
-                self.listing = hierarchy.open_listing(*source)
-            self.problems += messages
+            opened = hierarchy.open_listing(*source)
+            self.listing = opened.listing
+            self.problems += opened.warnings
 
     def _read_root(self) -> tuple[str, bytes] | None:
         """As Tree._read_root, the problems kept instead of logged."""
@@ -233,21 +148,15 @@ class _Walker:
 
     def node(self, path: str, name: str) -> Node | None:
         """The node at ``path``, without its children; None: no Zarr node there."""
-        problems: list[str] = []
-        meta = None
-        with _format_warnings() as messages:
-            try:
-                found = hierarchy.node_at(path, self._documents(path))
-            except (MetadataError, StoreError) as e:
-                if not path:
-                    raise
-                found = None
-                problems.append(str(e))
-            else:
-                if found is None:
-                    return None
-                meta = found.meta
-        return Node(name, path, meta, [*messages, *problems])
+        try:
+            found = hierarchy.node_at(path, self._documents(path))
+        except (MetadataError, StoreError) as e:
+            if not path:
+                raise
+            return Node(name, path, None, [str(e)])
+        if found is None:
+            return None
+        return Node(name, path, found.meta, list(found.warnings))
 
 
 def walk(store: Store, *, consolidated: bool = True) -> Hierarchy:
@@ -277,24 +186,10 @@ def walk(store: Store, *, consolidated: bool = True) -> Hierarchy:
     return Hierarchy(root, key, listed, walker.problems)
 
 
-def open_and_walk(
-    location: str, *, anonymous: bool, consolidated: bool, done: str | None
+def open_walk(
+    location: str, *, anonymous: bool, consolidated: bool
 ) -> tuple[ReadOnlyStore, Hierarchy]:
-    """For the commands that look at a store: it opened read-only and walked, one
-    error line and exit status 1 when that fails, and a warning when only its root
-    could be reached (``done``: what is done with the root, "shown"; None: no
-    warning, the caller says what it makes of that)."""
-    _log_printably()
-    try:
-        opened = ReadOnlyStore(open_store(location, StoreOptions(anonymous=anonymous)))
-        found = walk(opened, consolidated=consolidated)
-    except ZarrfsError as e:
-        echo(f"zarrfs: error: {e}", err=True)
-        sys.exit(1)
-    if not found.listed and done is not None:
-        echo(
-            f"zarrfs: {opened.describe()} cannot be listed and holds no consolidated "
-            f"metadata: only its root is {done}",
-            err=True,
-        )
-    return opened, found
+    """The store at ``location`` opened read-only, and walked; ZarrfsError when
+    either fails."""
+    opened = ReadOnlyStore(open_store(location, StoreOptions(anonymous=anonymous)))
+    return opened, walk(opened, consolidated=consolidated)

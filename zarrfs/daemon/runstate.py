@@ -1,8 +1,4 @@
-"""What a daemon shares with other zarrfs processes: the store lock and its run-state file.
-
-A read-write mount holds an exclusive ``flock`` on its store's root directory for the
-life of the daemon. The kernel drops it when the last descriptor closes, so it is gone
-after a crash too, and it follows the inode, so any path to the store conflicts.
+"""What a daemon tells other zarrfs processes: its run-state file.
 
 Each daemon keeps ``<pid>.status`` (one JSON object) in a private per-user run
 directory. It says ``running`` from before the mount until the daemon ends; a clean end
@@ -21,8 +17,6 @@ after its last line.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -30,9 +24,13 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from zarrfs.core.sizes import format_size, plural
 from zarrfs.errors import ZarrfsError
+
+if TYPE_CHECKING:
+    from zarrfs.daemon.storelock import StoreLock
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,7 @@ LOG_KEPT = 7 * 86400.0  # seconds after its last line that an ended daemon's log
 
 
 class RunStateError(ZarrfsError):
-    """The run directory cannot be used, or the store is locked by another mount."""
+    """The run directory cannot be used, or a run-state file cannot be written."""
 
 
 def _private_dir(path: str, uid: int) -> bool:
@@ -176,58 +174,9 @@ def _sweep_logs(directory: str, now: float) -> None:
                     os.unlink(path)
 
 
-# -- the store lock --------------------------------------------------------------------
-
-
-class StoreLock:
-    """An exclusive flock on the store's root directory.
-
-    The lock belongs to the open file description, which a fork shares: the detached
-    daemon inherits it and the parent only closes its descriptor (never ``LOCK_UN``,
-    which would release it for the daemon too).
-    """
-
-    def __init__(self, fd: int | None, device: int, inode: int) -> None:
-        self.fd = fd
-        self.device = device
-        self.inode = inode
-
-    @classmethod
-    def take(cls, location: str) -> StoreLock:
-        try:
-            # Not inherited across exec: a helper program must not keep the store locked.
-            fd = os.open(location, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as e:
-            raise RunStateError(f"store {location!r}: {e.strerror}") from e
-        st = os.fstat(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunStateError(
-                f"store {location!r} is already mounted read-write " + _holder(st.st_dev, st.st_ino)
-            ) from None
-        except OSError as e:
-            os.close(fd)
-            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise RunStateError(f"store {location!r}: cannot lock: {e.strerror}") from e
-            # A filesystem without locks: mount anyway, without the lock's protection.
-            log.warning(
-                "store %s cannot be locked (%s): a second mount is not refused",
-                location,
-                e.strerror,
-            )
-            return cls(None, st.st_dev, st.st_ino)
-        return cls(fd, st.st_dev, st.st_ino)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _holder(device: int, inode: int) -> str:
-    """Who holds the lock, as far as this user's run directory tells (flock does not)."""
+def lock_holder(device: int, inode: int) -> tuple[Any, int] | None:
+    """(mount point, pid) of a live daemon of this user that says it holds the lock
+    of the store directory ``(device, inode)``; None if none does."""
     for _, record in _statuses(run_dir()):
         pid = record.get("pid")
         if (
@@ -237,26 +186,11 @@ def _holder(device: int, inode: int) -> str:
             and pid != os.getpid()
             and alive(pid)
         ):
-            return f"on {record.get('mountpoint')!r} by process {pid}"
-    return "by another zarrfs process"
+            return record.get("mountpoint"), pid
+    return None
 
 
 # -- what was not stored ---------------------------------------------------------------
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def format_size(nbytes: int) -> str:
-    if nbytes < 1024:
-        return _plural(nbytes, "byte")
-    value = float(nbytes)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.4g} {unit}"
 
 
 @dataclass
@@ -276,11 +210,11 @@ class Unstored:
         if self.error is not None:
             if self.chunks:
                 verb = "was" if self.chunks == 1 else "were"
-                what = f"{_plural(self.chunks, 'chunk')} ({format_size(self.nbytes)}) of "
-                parts.append(f"{what}{_plural(self.arrays, 'array')} {verb} not stored")
+                what = f"{plural(self.chunks, 'chunk')} ({format_size(self.nbytes)}) of "
+                parts.append(f"{what}{plural(self.arrays, 'array')} {verb} not stored")
             elif self.arrays:
                 verb = "was" if self.arrays == 1 else "were"
-                parts.append(f"the metadata of {_plural(self.arrays, 'array')} {verb} not stored")
+                parts.append(f"the metadata of {plural(self.arrays, 'array')} {verb} not stored")
             else:
                 parts.append("data was not stored")
             parts[-1] += f": {self.error}"
@@ -291,8 +225,8 @@ class Unstored:
             if names and self.tail_arrays > len(self.tail_names):
                 names += f" and {self.tail_arrays - len(self.tail_names)} more"
             parts.append(
-                f"{_plural(self.tail_bytes, 'byte')} of {rows} of "
-                f"{_plural(self.tail_arrays, 'array')}{f' ({names})' if names else ''} "
+                f"{plural(self.tail_bytes, 'byte')} of {rows} of "
+                f"{plural(self.tail_arrays, 'array')}{f' ({names})' if names else ''} "
                 f"{verb} dropped"
             )
         return "; ".join(parts)
@@ -310,6 +244,8 @@ class RunState:
 
     @classmethod
     def begin(cls, mountpoint: str, store: str, lock: StoreLock | None) -> RunState:
+        """The file of a daemon serving ``store`` on ``mountpoint``; with the store's
+        ``lock``, what it locks, so that a mount refused by it can name this one."""
         pid = os.getpid()  # the daemon's: after the fork when detached
         record: dict[str, Any] = {"pid": pid, "state": "running", "mountpoint": mountpoint}
         record["store"] = store

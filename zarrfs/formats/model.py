@@ -193,8 +193,3 @@ def chunk_key_parser(
         return None
 
     return parse
-
-
-def join_key(path: str, name: str) -> str:
-    """Store key of ``name`` inside node ``path`` ("" is the store root)."""
-    return f"{path}/{name}" if path else name

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.documents import Documents
-from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
+from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta
+from zarrfs.stores.base import join_key
 from zarrfs.views.base import View
 
 # Directories of no node (.zarrfs/, chunk-key directories) show no documents; with

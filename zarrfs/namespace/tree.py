@@ -34,8 +34,9 @@ from zarrfs.core.write.documents import Documents
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats.metadata import hierarchy
-from zarrfs.formats.metadata.hierarchy import Listing, node_documents, read_root_keys
-from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta, join_key
+from zarrfs.formats.metadata.consolidated import Consolidated
+from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
+from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta
 from zarrfs.namespace.keys import ChunkKeys
 from zarrfs.namespace.listing import (
     DirListing,
@@ -47,7 +48,7 @@ from zarrfs.namespace.listing import (
 )
 from zarrfs.namespace.nodes import DirNode, Loaded, Node
 from zarrfs.namespace.recent import RecentNodes
-from zarrfs.stores.base import Store
+from zarrfs.stores.base import Store, join_key
 from zarrfs.views.control import control_views
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class Tree:
         self.writeback = writeback
         self._lock = threading.RLock()  # loading an array may load its siblings
         # Set when the hierarchy is listed from consolidated metadata alone.
-        self.consolidated: Listing | None = None
+        self.consolidated: Consolidated | None = None
         self._consolidated_mtime: float | None = None
         # The root keys read once (None: absent), and the document among them shown
         # beside a root group's own (.zmetadata).
@@ -102,7 +103,10 @@ class Tree:
         return source
 
     def _open_consolidated(self, key: str, data: bytes) -> None:
-        self.consolidated = hierarchy.open_listing(key, data)
+        opened = hierarchy.open_listing(key, data)
+        for warning in opened.warnings:
+            log.warning("%s", warning)
+        self.consolidated = opened.listing
         if self.consolidated is not None:
             self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
@@ -135,6 +139,8 @@ class Tree:
         if found is None:
             return None
         meta, docs = found.meta, dict(found.documents)
+        for warning in found.warnings:
+            log.warning("%s", warning)
         if found.ignored:
             log.warning(
                 "%s also holds %s; showing it as %s",

@@ -15,8 +15,9 @@ from typing import Any
 from zarrfs.errors import InvalidValueError, ReadOnlyError
 
 
-def join(prefix: str, name: str) -> str:
-    return f"{prefix}/{name}" if prefix else name
+def join_key(path: str, name: str) -> str:
+    """Store key of ``name`` inside node ``path`` ("" is the store root)."""
+    return f"{path}/{name}" if path else name
 
 
 # The most one ranged read may ask for (and all ranges of one ``get_ranges`` call
@@ -146,13 +147,13 @@ class Store(ABC):
         listing = self.list_dir(prefix)
         for name in listing.keys:
             try:
-                value = self.get(join(prefix, name))
+                value = self.get(join_key(prefix, name))
             except InvalidValueError:
                 continue
             if value is not None:
                 yield name, len(value)
         for sub in listing.prefixes:
-            for key, size in self.scan(join(prefix, sub)):
+            for key, size in self.scan(join_key(prefix, sub)):
                 yield f"{sub}/{key}", size
 
     @abstractmethod

@@ -30,8 +30,8 @@ from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import NotFoundError, StoreError
 from zarrfs.formats.grid.layout import Index, grid_shape
-from zarrfs.formats.model import ArrayMeta, join_key
-from zarrfs.stores.base import Store
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import Store, join_key
 from zarrfs.views.base import View
 
 log = logging.getLogger(__name__)

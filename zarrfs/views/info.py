@@ -15,25 +15,29 @@ chunk shape) and how many shards are stored.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
+from zarrfs.core.sizes import format_size
 from zarrfs.formats.grid.layout import grid_shape
-from zarrfs.formats.metadata.describe import numpy_dtype
+from zarrfs.formats.metadata.describe import (
+    codec_fields,
+    dtype_json,
+    numpy_dtype,
+    type_text,
+    written_type,
+)
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View
-from zarrfs.views.xattrs import codec_fields, fill_text, json_text
+from zarrfs.views.xattrs import MAX_JSON_TEXT, fill_text, json_text
 
 INFO_NAME = "info"
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 @dataclass(frozen=True)
@@ -45,52 +49,27 @@ class Stored:
     shards: int = 0  # sharded arrays: distinct shards inside the shard grid
 
 
-def human(nbytes: int) -> str:
-    """ "1.5 MiB", "12 B"."""
-    value = float(nbytes)
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
-            return f"{nbytes} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError  # unreachable
-
-
-def _dtype_text(dtype: np.dtype) -> str:
-    if dtype.fields is not None:
-        return json.dumps(dtype.descr)
-    return f"{dtype.str} ({dtype.name})"
-
-
 def data_type_text(meta: ArrayMeta) -> str:
     """The numpy dtype; for a v3 array its data type as written, then the numpy form."""
+    written = type_text(written_type(meta), MAX_JSON_TEXT)
+    if meta.data_type_json is None:  # v2-style: the numpy dtype is what is written
+        return written if meta.dtype.fields is not None else f"{written} ({meta.dtype.name})"
     dtype = numpy_dtype(meta)
-    if meta.data_type_json is None:
-        return _dtype_text(meta.dtype)
-    name = meta.data_type_json
-    text = name if isinstance(name, str) else json_text(name, ascii=True)
     if dtype is None:
-        return f"{text} (no fixed-size numpy type)"
-    numpy = json_text(dtype.descr, ascii=True) if dtype.fields is not None else dtype.str
-    return f"{text} (numpy {numpy})"
+        return f"{written} (no fixed-size numpy type)"
+    return f"{written} (numpy {type_text(dtype_json(dtype), MAX_JSON_TEXT)})"
 
 
 def _codec_rows(meta: ArrayMeta) -> tuple[tuple[str, str], ...]:
     return tuple(
-        (name[:1].upper() + name[1:], text) for name, text in codec_fields(meta, ascii=True)
+        (name[:1].upper() + name[1:], json_text(value, ascii=True))
+        for name, value in codec_fields(meta)
     )
 
 
 def _shard_grid(meta: ArrayMeta) -> tuple[int, ...]:
     assert meta.shards is not None
     return grid_shape(meta.shape, meta.shards.shard_shape)
-
-
-def _chunks_in_shard(meta: ArrayMeta, shard: tuple[int, ...]) -> int:
-    """How many inner chunks of ``shard`` lie inside the array (edge shards overhang)."""
-    assert meta.shards is not None
-    per_shard = [s // c for s, c in zip(meta.shards.shard_shape, meta.chunks)]
-    grid = grid_shape(meta.shape, meta.chunks)
-    return math.prod(max(0, min((i + 1) * n, g) - i * n) for i, n, g in zip(shard, per_shard, grid))
 
 
 def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) -> Stored:
@@ -108,7 +87,7 @@ def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) 
             nbytes += size
     if meta.shards is None:
         return Stored(len(found), nbytes)
-    chunks = sum(_chunks_in_shard(meta, shard) for shard in found)
+    chunks = sum(meta.shards.geometry.inner_count(shard) for shard in found)
     return Stored(chunks, nbytes, shards=len(found))
 
 
@@ -132,8 +111,8 @@ def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
         ("Fill value", fill_text(meta)),
         *_codec_rows(meta),
         ("Dimension names", ", ".join(str(d) for d in dims) if dims else "-"),
-        ("No. bytes", f"{meta.nbytes} ({human(meta.nbytes)})"),
-        ("No. bytes stored", f"{stored.nbytes} ({human(stored.nbytes)})"),
+        ("No. bytes", f"{meta.nbytes} ({format_size(meta.nbytes, short=True)})"),
+        ("No. bytes stored", f"{stored.nbytes} ({format_size(stored.nbytes, short=True)})"),
         ("Storage ratio", f"{ratio:.3g}"),
     ]
     if meta.shards is not None:

@@ -49,22 +49,11 @@ def fill_text(meta: ArrayMeta) -> str:
     return shown if meta.itemsize <= _HEX_BYTES else f"{shown}... ({meta.itemsize} bytes)"
 
 
-def dtype_json(dtype: np.dtype) -> Any:
-    """A numpy dtype as v2 spells it: ``"<i4"``, or the field list of a structured one."""
-    return dtype.descr if dtype.fields else dtype.str
-
-
-def codec_fields(meta: ArrayMeta, *, ascii: bool = False) -> list[tuple[str, str]]:
-    """(field name, JSON text) of the array's codec configuration, as its document
-    names it, in the order the codecs apply."""
-    return [(name, json_text(value, ascii=ascii)) for name, value in describe.codec_fields(meta)]
-
-
 def array_xattrs(meta: ArrayMeta) -> dict[str, bytes]:
     dtype = describe.numpy_dtype(meta)
     attrs: dict[str, bytes] = {"shape": _json(list(meta.shape))}
     if dtype is not None:
-        attrs["dtype"] = _json(dtype_json(dtype))
+        attrs["dtype"] = _json(describe.dtype_json(dtype))
     if meta.data_type_json is not None:
         attrs["data_type"] = json_text(meta.data_type_json).encode()
     attrs["chunks"] = _json(list(meta.chunks))

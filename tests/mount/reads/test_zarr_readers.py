@@ -35,7 +35,7 @@ from tests.support.http_server import HttpServer
 from tests.support.mounting import mounted, peak_rss
 from tests.support.oracles import assert_same_bits
 from tests.support.paths import REPO
-from zarrfs.daemon.mount import MountOptions, build_operations
+from zarrfs.daemon.build import MountOptions, build_operations
 
 # zarr-python 2.18 cannot share a venv with zarr-python 3: scripts/install.sh makes
 # one of its own.

@@ -21,7 +21,7 @@ from zarrfs.core.write.ledger import Ledger
 from zarrfs.core.write.storing import Storing
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.metadata.resize import resized_documents
-from zarrfs.formats.model import join_key
+from zarrfs.stores.base import join_key
 
 if TYPE_CHECKING:
     from zarrfs.core.arrays import ArrayState

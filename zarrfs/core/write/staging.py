@@ -26,8 +26,8 @@ from zarrfs.formats.grid.shards import (
     inner_range,
     shard_parts,
 )
-from zarrfs.formats.model import ArrayMeta, ShardLayout, join_key
-from zarrfs.stores.base import RANGE_LIMIT, Store
+from zarrfs.formats.model import ArrayMeta, ShardLayout
+from zarrfs.stores.base import RANGE_LIMIT, Store, join_key
 
 
 def is_fill(chunk: np.ndarray, meta: ArrayMeta) -> bool:

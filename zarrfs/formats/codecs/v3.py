@@ -62,7 +62,6 @@ NUMCODECS_BYTES = frozenset(
 # Only filters that keep the chunk's dtype and element count: the others (astype,
 # fixedscaleoffset with astype, packbits) would change what the bytes stage stores.
 NUMCODECS_ARRAY = frozenset({"delta", "bitround", "quantize"})
-CHECKSUMS = frozenset({"crc32", "crc32c", "adler32", "fletcher32", "jenkins_lookup3"})
 
 
 def _fail(message: str) -> MetadataError:

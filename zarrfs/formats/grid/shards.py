@@ -170,6 +170,15 @@ class ShardGeometry:
         local = _unravel(position, cps)
         return tuple(s * c + i for s, c, i in zip(shard_index, cps, local))
 
+    def inner_count(self, shard_index: Index) -> int:
+        """How many inner chunks of shard ``shard_index`` lie inside the array (an edge
+        shard overhangs it)."""
+        grid = self.inner_grid
+        return math.prod(
+            max(0, min((s + 1) * n, g) - s * n)
+            for s, n, g in zip(shard_index, self.chunks_per_shard, grid)
+        )
+
     def inner_chunks_in_array(self, shard_index: Index) -> list[tuple[int, Index]]:
         """(position, inner chunk index) of the entries of a shard that touch the array."""
         grid = self.inner_grid

@@ -35,7 +35,7 @@ from zarrfs.formats.metadata.v2 import (
     load_json_object,
 )
 from zarrfs.formats.metadata.v3 import ZARR_JSON
-from zarrfs.formats.model import join_key
+from zarrfs.stores.base import join_key
 
 NODE_DOCUMENTS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
 # Group entries carry zarr-python 3's own consolidated view of their subtree; the

@@ -5,17 +5,27 @@ gets back the parsed node and the documents to show. Where documents of several
 layouts coexist, the newest layout wins (``zarr.json`` over ``.zarray``/``.zgroup``/
 ``.zattrs`` and the v1 and pre-v1 documents, as zarr-python 3 prefers it) and every
 other document found is named in the result, so the caller can log them in one line.
+What the winning layout's parser had to ignore (attributes that are no JSON object)
+is in the result too, one line each: the caller reports it (the mount logs it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from zarrfs.formats.metadata import legacy, v2, v3
 from zarrfs.formats.model import NodeMeta
 
-Parser = Callable[[str, bytes, "bytes | None"], NodeMeta]
+
+class Parser(Protocol):
+    """(node path, metadata document, attributes document) → the node; what it had
+    to ignore is added to ``warnings``."""
+
+    def __call__(
+        self, path: str, meta: bytes, attrs: bytes | None, /, *, warnings: list[str] | None = None
+    ) -> NodeMeta: ...
+
 
 # Newest first: (metadata key, attributes key, parser).
 LAYOUTS: tuple[tuple[str, str, Parser], ...] = (
@@ -43,6 +53,7 @@ class Detected:
     meta: NodeMeta
     documents: dict[str, bytes]
     ignored: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # what was ignored inside the documents, one line each
 
 
 def detect(path: str, docs: dict[str, bytes]) -> Detected | None:
@@ -54,7 +65,8 @@ def detect(path: str, docs: dict[str, bytes]) -> Detected | None:
     if not present:
         return None
     meta_key, attrs_key, parse = present[0]
-    meta = parse(path, docs[meta_key], docs.get(attrs_key))
+    warnings: list[str] = []
+    meta = parse(path, docs[meta_key], docs.get(attrs_key), warnings=warnings)
     shown = {name: docs[name] for name in (meta_key, attrs_key) if name in docs}
     ignored = tuple(key for key in CANDIDATE_KEYS if key in docs and key not in shown)
-    return Detected(meta, shown, ignored)
+    return Detected(meta, shown, ignored, tuple(warnings))

@@ -8,8 +8,8 @@ namespace/tree.py knows no format. What it asks, it asks here:
   v3 keeps it inside the root ``zarr.json``, v2 in ``.zmetadata``. Each may be as
   large as ``ROOT_LIMIT``.
 * ``open_listing(key, data)``: the consolidated listing that root document holds
-  (every node's documents and the names below each node), or ``None``: then the
-  store itself is listed (with one log line when the document was unusable).
+  (every node's documents and the names below each node), or none: then the store
+  itself is listed (with a warning when the document was unusable).
 * ``shown_at_root(key)``: whether that document is shown in a root group beside
   the group's own documents (``.zmetadata``), or is one of them (``zarr.json``).
 * ``NODE_KEYS`` and ``node_at(path, documents)``: which keys of a store directory
@@ -18,26 +18,25 @@ namespace/tree.py knows no format. What it asks, it asks here:
 * ``read_root_keys`` and ``node_documents``: those reads, from a store (the tree's,
   and the walk of ``zarrfs check``/``tree``).
 
+Nothing here logs: what had to be ignored (an unusable consolidated document,
+attributes that are no JSON object) comes back as ``warnings``, one line each, which
+the tree logs and the walk reports.
+
 A new format is added by its own module and an entry in detect.py's ``LAYOUTS``
 (and here, if it has consolidated metadata); namespace/tree.py does not change.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
 from zarrfs.formats.metadata import consolidated, detect, v2, v3
 from zarrfs.formats.metadata.consolidated import Consolidated
 from zarrfs.formats.metadata.detect import Detected
-from zarrfs.formats.model import join_key
-from zarrfs.stores.base import Store
-
-log = logging.getLogger(__name__)
-
-Listing = Consolidated  # what the tree holds while it lists from one document
+from zarrfs.stores.base import Store, join_key
 
 # Root key → its consolidated listing (None: it holds none), newest layout first.
 _LISTINGS: dict[str, Callable[[bytes], Consolidated | None]] = {
@@ -51,14 +50,21 @@ NODE_KEYS: tuple[str, ...] = detect.CANDIDATE_KEYS
 NODE_LIMIT = MAX_DOCUMENT_BYTES
 
 
-def open_listing(key: str, data: bytes) -> Listing | None:
-    """The hierarchy as the root document ``key`` lists it; ``None`` when it lists
-    nothing, or (logged once) when it is unusable: the store is listed instead."""
+@dataclass(frozen=True)
+class OpenedListing:
+    listing: Consolidated | None  # None: the store itself is listed
+    warnings: tuple[str, ...] = ()  # why the root document's listing was ignored
+
+
+def open_listing(key: str, data: bytes) -> OpenedListing:
+    """The hierarchy as the root document ``key`` lists it; none when it lists
+    nothing, or (with a warning) when it is unusable: the store is listed instead."""
     try:
-        return _LISTINGS[key](data)
+        return OpenedListing(_LISTINGS[key](data))
     except MetadataError as e:
-        log.warning("ignoring the consolidated metadata: %s; listing the store instead", e)
-        return None
+        return OpenedListing(
+            None, (f"ignoring the consolidated metadata: {e}; listing the store instead",)
+        )
 
 
 def read_root_keys(
@@ -86,7 +92,7 @@ def read_root_keys(
 
 def node_documents(
     store: Store,
-    listing: Listing | None,
+    listing: Consolidated | None,
     root_reads: dict[str, bytes | None],
     path: str,
     names: tuple[str, ...] = NODE_KEYS,
@@ -123,7 +129,9 @@ def node_at(path: str, documents: dict[str, bytes]) -> Detected | None:
     return detect.detect(path, documents)
 
 
-def node_in(listing: Listing | None, path: str, documents: dict[str, bytes]) -> Detected | None:
+def node_in(
+    listing: Consolidated | None, path: str, documents: dict[str, bytes]
+) -> Detected | None:
     """``node_at`` for the documents ``node_documents`` read: the root document that
     holds a consolidated listing is parsed without it, and shown as stored."""
     if listing is None:
@@ -131,4 +139,4 @@ def node_in(listing: Listing | None, path: str, documents: dict[str, bytes]) -> 
     found = node_at(path, listing.parsable(path, documents))
     if found is None:
         return None
-    return Detected(found.meta, {n: documents[n] for n in found.documents}, found.ignored)
+    return replace(found, documents={n: documents[n] for n in found.documents})

@@ -16,7 +16,8 @@ from zarrfs.errors import MetadataError
 from zarrfs.formats.codecs.pipeline import CodecPipeline
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.metadata.v2 import codec_json, parse_array_document, parse_attrs, parse_order
-from zarrfs.formats.model import ArrayMeta, chunk_key_parser, join_key
+from zarrfs.formats.model import ArrayMeta, chunk_key_parser
+from zarrfs.stores.base import join_key
 
 V0_META_KEY = "__zmeta__"
 V0_ATTRS_KEY = "__zattr__"
@@ -81,7 +82,9 @@ def v1_compressor(name: Any, opts: Any) -> dict[str, Any] | None:
     raise MetadataError(f"unknown compression {name!r}")
 
 
-def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
+def parse_v0_array(
+    path: str, zmeta: bytes, zattr: bytes | None, *, warnings: list[str] | None = None
+) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         _require(doc, "fill_value")
         compressor = _blosc_config(doc)
@@ -100,12 +103,14 @@ def parse_v0_array(path: str, zmeta: bytes, zattr: bytes | None) -> ArrayMeta:
             join_key(path, V0_DATA_PREFIX), ["."], ".blosc", len(fields["shape"])
         ),
         documents=(V0_META_KEY, V0_ATTRS_KEY) if zattr is not None else (V0_META_KEY,),
-        attrs=parse_attrs(zattr, path or "/"),
+        attrs=parse_attrs(zattr, path or "/", warnings),
         **fields,
     )
 
 
-def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
+def parse_v1_array(
+    path: str, meta: bytes, attrs: bytes | None, *, warnings: list[str] | None = None
+) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         if doc.get("zarr_format") != 1:
             raise MetadataError(f"zarr_format is {doc.get('zarr_format')!r}, expected 1")
@@ -124,6 +129,6 @@ def parse_v1_array(path: str, meta: bytes, attrs: bytes | None) -> ArrayMeta:
         chunk_keys=_chunk_keys(path, "", len(fields["shape"])),
         chunk_index=chunk_key_parser(path, ["."], "", len(fields["shape"])),
         documents=(V1_META_KEY, V1_ATTRS_KEY) if attrs is not None else (V1_META_KEY,),
-        attrs=parse_attrs(attrs, path or "/"),
+        attrs=parse_attrs(attrs, path or "/", warnings),
         **fields,
     )

@@ -12,7 +12,8 @@ from zarrfs.errors import MetadataError
 from zarrfs.formats.metadata.consolidated import replace_entry
 from zarrfs.formats.metadata.v2 import CONSOLIDATED_KEY, rewrite_shape
 from zarrfs.formats.metadata.v3 import ZARR_JSON, replace_consolidated_entry
-from zarrfs.formats.model import ArrayMeta, join_key
+from zarrfs.formats.model import ArrayMeta
+from zarrfs.stores.base import join_key
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -25,9 +24,8 @@ from zarrfs.formats.metadata.dtypes import (
     parse_dtype,
     parse_shape,
 )
-from zarrfs.formats.model import ArrayMeta, GroupMeta, chunk_key_parser, join_key
-
-log = logging.getLogger(__name__)
+from zarrfs.formats.model import ArrayMeta, GroupMeta, chunk_key_parser
+from zarrfs.stores.base import join_key
 
 ARRAY_KEY = ".zarray"
 GROUP_KEY = ".zgroup"
@@ -56,14 +54,18 @@ def load_json_object(data: bytes, what: str) -> dict[str, Any]:
     return doc
 
 
-def parse_attrs(data: bytes | None, where: str) -> dict[str, Any]:
-    """Attributes are informational: a broken ``.zattrs`` is logged and read as empty."""
+def parse_attrs(
+    data: bytes | None, where: str, warnings: list[str] | None = None
+) -> dict[str, Any]:
+    """Attributes are informational: a broken ``.zattrs`` reads as empty, and why is
+    added to ``warnings`` (what the caller reports of the node)."""
     if data is None:
         return {}
     try:
         return load_json_object(data, f"{where}/{ATTRS_KEY}")
     except MetadataError as e:
-        log.warning("%s; ignoring the attributes", e)
+        if warnings is not None:
+            warnings.append(f"{e}; ignoring the attributes")
         return {}
 
 
@@ -177,7 +179,9 @@ _ZARRAY_CACHE_SIZE = 256
 _ZARRAY_FIELDS: dict[bytes, dict[str, Any]] = {}
 
 
-def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
+def parse_array(
+    path: str, zarray: bytes, zattrs: bytes | None, *, warnings: list[str] | None = None
+) -> ArrayMeta:
     def build(doc: dict[str, Any]) -> dict[str, Any]:
         fmt = doc["zarr_format"]
         if fmt != 2:
@@ -211,7 +215,7 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
     separator = fields.pop("separator")
     nczarr = fields.pop("nczarr")
     shape = fields["shape"]
-    attrs = parse_attrs(zattrs, path or "/")
+    attrs = parse_attrs(zattrs, path or "/", warnings)
     dimension_names = None
     # xarray's attribute first, then NCZarr's (in .zarray, or in .zattrs for NCZarr 3)
     for dims in (attrs.get("_ARRAY_DIMENSIONS"), nczarr, nczarr_dimensions(attrs)):
@@ -233,7 +237,9 @@ def parse_array(path: str, zarray: bytes, zattrs: bytes | None) -> ArrayMeta:
     )
 
 
-def parse_group(path: str, zgroup: bytes, zattrs: bytes | None) -> GroupMeta:
+def parse_group(
+    path: str, zgroup: bytes, zattrs: bytes | None, *, warnings: list[str] | None = None
+) -> GroupMeta:
     where = path or "/"
     doc = load_json_object(zgroup, f"{where}/{GROUP_KEY}")
     if doc.get("zarr_format") != 2:
@@ -242,7 +248,10 @@ def parse_group(path: str, zgroup: bytes, zattrs: bytes | None) -> GroupMeta:
     if zattrs is not None:
         docs.append(ATTRS_KEY)
     return GroupMeta(
-        path=path, zarr_format=2, documents=tuple(docs), attrs=parse_attrs(zattrs, where)
+        path=path,
+        zarr_format=2,
+        documents=tuple(docs),
+        attrs=parse_attrs(zattrs, where, warnings),
     )
 
 

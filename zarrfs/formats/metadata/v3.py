@@ -32,8 +32,8 @@ from zarrfs.formats.model import (
     NodeMeta,
     ShardLayout,
     _is_index,
-    join_key,
 )
+from zarrfs.stores.base import join_key
 
 ZARR_JSON = "zarr.json"
 _KNOWN_ARRAY_KEYS = {
@@ -51,8 +51,15 @@ _KNOWN_ARRAY_KEYS = {
 }
 
 
-def parse_node(path: str, document: bytes, _attrs: bytes | None = None) -> NodeMeta:
-    """A group or an array from its ``zarr.json``; MetadataError when invalid."""
+def parse_node(
+    path: str,
+    document: bytes,
+    _attrs: bytes | None = None,
+    *,
+    warnings: list[str] | None = None,
+) -> NodeMeta:
+    """A group or an array from its ``zarr.json``; MetadataError when invalid (its
+    attributes live inside it: nothing is ignored, so ``warnings`` gets nothing)."""
     where = f"{path or '/'}/{ZARR_JSON}"
     doc = load_json_object(document, where)
     if doc.get("zarr_format") != 3:
