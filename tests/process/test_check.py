@@ -26,9 +26,10 @@ from tests.support.mounting import zarrfs_command
 from tests.support.servers import Bucket
 from tests.support.zips import patch_central
 from zarrfs.commands.check import check_store
-from zarrfs.commands.walk import ReadOnlyStore, walk
+from zarrfs.commands.walk import walk
 from zarrfs.errors import ReadOnlyError, StoreError
 from zarrfs.stores.directory import DirectoryStore
+from zarrfs.stores.readonly import ReadOnlyStore
 
 # The committed example store, as the check sums it up.
 EXAMPLE_SUMMARY = [

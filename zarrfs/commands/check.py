@@ -12,7 +12,7 @@ Missing chunks are no error: they read as the fill value. Exit status: 0 when ev
 stored chunk decodes and all metadata reads; 1 when a chunk is corrupt or cannot be
 read, or some metadata cannot be read (each one printed with its store key and the
 reason), or when there is nothing to check (no array found: one line); 2 for a usage
-error. The store is opened read-only (walk.ReadOnlyStore). Every line is printed
+error. The store is opened read-only (stores/readonly.py). Every line is printed
 through output.printable: keys and reasons come from the store.
 """
 

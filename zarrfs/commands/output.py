@@ -16,8 +16,9 @@ from typing import NoReturn
 
 import click
 
-from zarrfs.commands.walk import Hierarchy, ReadOnlyStore, open_walk
+from zarrfs.commands.walk import Hierarchy, open_walk
 from zarrfs.errors import ZarrfsError
+from zarrfs.stores.readonly import ReadOnlyStore
 
 # What a terminal acts on instead of showing: C0 controls, DEL and C1 controls (Unicode's
 # "Cc"), the line and paragraph separators, the bidirectional formatting characters

@@ -3,7 +3,8 @@
 Every backend maps a key ("a/0.0", "zarr.json") to bytes, reads by range and
 lists by prefix; ``base`` states the contract that tests/support/store_contract.py
 runs against each backend, and ``WriteRefusingStore``, the base of the
-read-only ones. Backends: ``directory`` (with ``fileio``, openat2 under the
+read-only ones; ``readonly``, the wrapper that makes any store read-only (the offline
+commands open stores through it). Backends: ``directory`` (with ``fileio``, openat2 under the
 root), ``zipstore`` (with ``zipindex``), ``http`` (with ``httpwire``) and
 ``s3`` (with ``s3_config``, ``s3_errors``, ``s3_versions``, ``s3_lease``);
 ``location`` turns the STORE argument into one of them.
