@@ -66,6 +66,37 @@ class Listing:
     prefixes: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Version:
+    """Which value of a key a read saw: equal versions name the same bytes.
+
+    ``tag`` is the store's own token for it (an S3 or HTTP ETag; a file's
+    modification time in nanoseconds, size and inode), never parsed by callers;
+    ``mtime`` (seconds) and ``size`` are what the store said along with it."""
+
+    tag: str
+    mtime: float | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A value and the version it was read at (None: the store cannot tell)."""
+
+    value: bytes | memoryview
+    version: Version | None
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+# What ``fetch``/``fetch_ranges`` return when the value is still at the version the
+# caller named (an HTTP 304: no body travelled).
+UNCHANGED: Any = _Unchanged()
+
+
 class Store(ABC):
     # What the rest of zarrfs needs to know of a store besides its methods:
     # ``read_only``: writes raise ReadOnlyError (zip archives, HTTP), and the mount
@@ -131,6 +162,32 @@ class Store(ABC):
         n)``): this is for checks and summaries. This generic version reads the value."""
         value = self.get(key)
         return None if value is None else len(value)
+
+    def stat(self, key: str) -> Version | None:
+        """The version of the value of ``key`` (one HEAD, one stat), ``None`` when it
+        does not exist. This generic version tells size and time as its tag."""
+        size = self.size(key)
+        if size is None:
+            return None
+        mtime = self.mtime(key)
+        return Version(f"{size}:{mtime}", mtime, size)
+
+    def fetch(
+        self, key: str, *, limit: int | None = None, unless: Version | None = None
+    ) -> Fetched | None:
+        """``get`` with the version read, in one request where the store can:
+        ``None`` when ``key`` does not exist, ``UNCHANGED`` when ``unless`` names the
+        version it still has (a conditional GET; nothing is read). The generic
+        version knows no versions: it always reads, and says ``None``."""
+        value = self.get_buffer(key, limit=limit)
+        return None if value is None else Fetched(value, None)
+
+    def fetch_ranges(
+        self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
+    ) -> tuple[list[bytes], Version | None] | None:
+        """``get_ranges`` with the version they were read at, as ``fetch``."""
+        found = self.get_ranges(key, ranges)
+        return None if found is None else (found, None)
 
     @abstractmethod
     def contains(self, key: str) -> bool: ...
