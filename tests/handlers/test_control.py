@@ -87,7 +87,7 @@ def test_the_control_directory_is_listed_at_the_root(ops: Operations, store: Pat
     assert listing(ops, ROOT) == [".zarrfs", ".zattrs", ".zgroup", "a", "b"]
     control = lookup(ops, ".zarrfs")
     assert control.st_mode & 0o170777 == 0o040555
-    assert listing(ops, control.st_ino) == ["flush", "stats"]
+    assert listing(ops, control.st_ino) == ["flush", "refresh", "stats"]
     stats_attr, flush_attr = lookup(ops, ".zarrfs/stats"), lookup(ops, ".zarrfs/flush")
     assert (stats_attr.st_size, flush_attr.st_size) == (0, 0)
     assert stats_attr.st_mode & 0o777 == 0o444 and flush_attr.st_mode & 0o777 == 0o644
@@ -259,7 +259,7 @@ def test_a_pending_partial_row_fails_the_flush_with_einval(ops: Operations, stor
 
 def test_read_only_mounts_show_flush_but_refuse_writing_it(store: Path) -> None:
     ops = build_operations(str(store), MountOptions(read_only=True))
-    assert listing(ops, lookup(ops, ".zarrfs").st_ino) == ["flush", "stats"]
+    assert listing(ops, lookup(ops, ".zarrfs").st_ino) == ["flush", "refresh", "stats"]
     attr = lookup(ops, ".zarrfs/flush")
     assert attr.st_mode & 0o777 == 0o444
     for flags in (os.O_WRONLY, os.O_WRONLY | os.O_TRUNC, os.O_RDWR):
@@ -282,7 +282,7 @@ def test_a_store_node_named_like_the_control_directory_is_hidden(
         assert listing(ops, ROOT) == [".zarrfs", ".zattrs", ".zgroup", "a", "b"]
     lines = [r for r in caplog.records if ".zarrfs" in r.getMessage()]
     assert len(lines) == 1 and "hiding" in lines[0].getMessage()
-    assert listing(ops, lookup(ops, ".zarrfs").st_ino) == ["flush", "stats"]
+    assert listing(ops, lookup(ops, ".zarrfs").st_ino) == ["flush", "refresh", "stats"]
 
 
 def test_an_array_at_the_root_still_shows_the_control_directory(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import click
 from zarrfs.commands.mountopts import (
     check_cache_size,
     check_flush_interval,
+    check_metadata_ttl,
     check_readahead,
     public_location,
 )
@@ -113,6 +114,15 @@ def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> s
     help="Kernel read-ahead of the mount (needs root; 0 keeps the kernel's; 4K to 1G).",
 )
 @click.option(
+    "--metadata-ttl",
+    default=5.0,
+    show_default=True,
+    type=float,
+    callback=check_metadata_ttl,
+    help="Seconds what the mount knows of the store is served before it is checked "
+    "again at the next open, lookup or stat (0: at every one; up to 604800).",
+)
+@click.option(
     "--no-consolidated",
     is_flag=True,
     help=(
@@ -138,6 +148,7 @@ def mount_command(
     write_cache_size: int,
     flush_interval: float,
     readahead: int,
+    metadata_ttl: float,
     no_consolidated: bool,
     anonymous: bool,
     log_level: str,
@@ -165,6 +176,7 @@ def mount_command(
         readahead=readahead,
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
         anonymous=anonymous,
+        metadata_ttl=metadata_ttl,
     )
     check_not_nested(store, mountpoint)  # first: a nested mountpoint is also "not empty"
     check_mountpoint(mountpoint)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import click
 
 from zarrfs.core.sizes import format_size, parse_size
+from zarrfs.namespace.freshness import MAX_TTL
 
 # mount(8)'s own options and the fstab bookkeeping of other programs (systemd, udisks,
 # mount.fuse3): a FUSE daemon has nothing to do with them, and libfuse refuses the ones
@@ -337,6 +338,7 @@ MIN_CACHE_SIZE = 4 << 10
 MIN_READAHEAD = 4 << 10
 MAX_READAHEAD = 1 << 30
 FLUSH_INTERVAL_RANGE = (0.01, 86400.0)
+METADATA_TTL_RANGE = (0.0, MAX_TTL)
 
 
 def memory_size() -> int:
@@ -371,6 +373,13 @@ def check_readahead(ctx: click.Context, param: click.Parameter, value: str) -> i
 
 def check_flush_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
     low, high = FLUSH_INTERVAL_RANGE
+    if not (math.isfinite(value) and low <= value <= high):
+        raise click.BadParameter(f"{value:g} is not between {low:g} and {high:g} seconds")
+    return value
+
+
+def check_metadata_ttl(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    low, high = METADATA_TTL_RANGE
     if not (math.isfinite(value) and low <= value <= high):
         raise click.BadParameter(f"{value:g} is not between {low:g} and {high:g} seconds")
     return value

@@ -72,11 +72,11 @@ class _Walker:
         self.root_reads: dict[str, bytes | None] = {}
         source = self._read_root()
         if consolidated and source is not None:
-            opened = hierarchy.open_listing(*source)
+            opened = hierarchy.open_listing(source.key, source.data)
             self.listing = opened.listing
             self.problems += opened.warnings
 
-    def _read_root(self) -> tuple[str, bytes] | None:
+    def _read_root(self) -> hierarchy.RootDocument | None:
         """As Tree._read_root, the problems kept instead of logged."""
         try:
             return read_root_keys(

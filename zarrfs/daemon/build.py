@@ -18,6 +18,7 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.runstate import ensure_run_dir
 from zarrfs.daemon.storelock import StoreLock
 from zarrfs.fuse.operations import Operations
+from zarrfs.namespace.freshness import DEFAULT_TTL, Freshness
 from zarrfs.namespace.tree import Tree
 from zarrfs.stores.base import Store
 from zarrfs.stores.location import StoreOpenError, StoreOptions, kind, open_store
@@ -39,6 +40,8 @@ class MountOptions:
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
     anonymous: bool = False  # S3: unsigned requests, for public buckets
+    # Seconds what the mount knows of the store is served unchecked (close-to-open).
+    metadata_ttl: float = DEFAULT_TTL
 
 
 def _checked_store(location: str, options: MountOptions) -> Store:
@@ -95,6 +98,7 @@ def _build(store: Store, options: MountOptions) -> Operations:
     writeback = None
     if not options.read_only:
         writeback = WriteBack(store, cache, options.write_cache_size, options.flush_interval)
-    tree = Tree(store, cache, writeback, consolidated=options.consolidated)
+    freshness = Freshness(options.metadata_ttl)
+    tree = Tree(store, cache, writeback, consolidated=options.consolidated, freshness=freshness)
     tree.show_control(counters)  # .zarrfs/ at the mount root
     return Operations(tree, counters, writeback, read_only=options.read_only)

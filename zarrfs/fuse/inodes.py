@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import pyfuse3
@@ -36,19 +37,34 @@ _MAX_COUNT = 2**32 - 1
 UNLISTED_FIRST = 1 << 48
 
 
+@dataclass(frozen=True)
+class Retired:
+    """The block of a directory whose entries changed in the store and were numbered
+    anew: its numbers still find the entries of the names they numbered (the kernel
+    may use one before it has forgotten the old names), by name."""
+
+    directory: DirNode
+    first: int
+    names: tuple[str, ...]
+
+
 class InodeTable:
     def __init__(
         self,
         root: DirNode,
         entries: Callable[[DirNode], int],
         child: Callable[[DirNode, int], Node],
+        named: Callable[[DirNode, str], Node | None],
     ) -> None:
         """``entries``: how many entries a directory has; ``child``: its entry at a
-        position (both from namespace/tree.py, which may make them again)."""
+        position; ``named``: its entry of a name, if any (all from namespace/tree.py,
+        which may make them again)."""
         self._root = root
         self._count_entries = entries
         self._child = child
-        self._directories: list[DirNode] = []  # each numbered one, in numbering order
+        self._named = named
+        # Each numbered one, in numbering order (or its retired block).
+        self._directories: list[DirNode | Retired] = []
         self._next = pyfuse3.ROOT_INODE + 1
         # By inode: which of them holds it, and the kernel's lookups of it.
         self._holders = array("I", bytes(4 * self._next))
@@ -81,6 +97,11 @@ class InodeTable:
             except KeyError:
                 raise NotFoundError(f"inode {inode}") from None
         directory = self._directories[self._holders[inode]]
+        if isinstance(directory, Retired):
+            found = self._named(directory.directory, directory.names[inode - directory.first])
+            if found is None:
+                raise NotFoundError(f"inode {inode}: gone from the store")
+            return found
         return self._child(directory, inode - directory.first_inode)
 
     def parent(self, inode: int) -> DirNode | None:
@@ -88,7 +109,34 @@ class InodeTable:
         found by lookup alone, or no node)."""
         if not pyfuse3.ROOT_INODE < inode < self._next:
             return None
-        return self._directories[self._holders[inode]]
+        directory = self._directories[self._holders[inode]]
+        return directory.directory if isinstance(directory, Retired) else directory
+
+    def renumber(self, directory: DirNode, names: tuple[str, ...]) -> range:
+        """Number ``directory``'s entries anew at their next use: they changed, from
+        ``names`` (sorted, as numbered). The old numbers, returned, find the entry of
+        the same name while there is one."""
+        first = directory.first_inode
+        directory.first_inode = 0
+        if not first or first >= self._next:
+            return range(0)  # never numbered, or numbered with no entries (last)
+        holder = self._holders[first]
+        if self._directories[holder] is not directory:
+            return range(0)  # numbered with no entries: the number is another's
+        end = first
+        while end < self._next and self._holders[end] == holder:
+            end += 1
+        # The names it was numbered with, where known (else none is found by name).
+        numbered = names if len(names) == end - first else ("",) * (end - first)
+        self._directories[holder] = Retired(directory, first, numbered)
+        return range(first, end)
+
+    def held(self) -> list[int]:
+        """The numbers the kernel holds (looked up and not forgotten), root first."""
+        held = [pyfuse3.ROOT_INODE]
+        held += [inode for inode, count in enumerate(self._lookups) if count and inode > 1]
+        held += [inode for inode, count in self._unlisted_lookups.items() if count]
+        return held
 
     def inode_of(self, node: Node) -> int:
         if unlisted(node):

@@ -27,15 +27,12 @@ from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse.inodes import HandleTable, InodeTable
 from zarrfs.namespace.listing import DirListing
-from zarrfs.namespace.nodes import DirNode, FileNode, Node, unlisted
+from zarrfs.namespace.nodes import Changes, DirNode, FileNode, Node, unlisted
 from zarrfs.namespace.tree import Tree
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 
 log = logging.getLogger(__name__)
 
-# The tree only changes through this mount, which invalidates what it changes,
-# so the kernel may cache names and attributes for a while.
-ATTR_TIMEOUT = 60.0
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
@@ -76,6 +73,16 @@ def _invalidate(inode: int, attr_only: bool) -> None:
         pyfuse3.invalidate_inode(inode, attr_only=attr_only)
     except OSError as e:  # no kernel (handler tests) or an inode the kernel forgot
         log.debug("invalidate_inode(%d): %s", inode, e)
+
+
+def _invalidate_all(names: list[tuple[int, bytes]], inodes: list[tuple[int, bool]]) -> None:
+    for parent, name in names:
+        try:
+            pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
+        except OSError as e:
+            log.debug("invalidate_entry(%d, %r): %s", parent, name, e)
+    for inode, attr_only in inodes:
+        _invalidate(inode, attr_only)
 
 
 def _failed(ops: Operations, err: int) -> pyfuse3.FUSEError:
@@ -128,7 +135,12 @@ class Operations(pyfuse3.Operations):
         self.counters = counters
         self.writeback = writeback
         self.read_only = read_only or writeback is None
-        self.inodes = InodeTable(tree.root, lambda d: len(tree.entries(d)), tree.child)
+        self.inodes = InodeTable(
+            tree.root,
+            lambda d: len(tree.entries(d)),
+            tree.child,
+            lambda d, name: tree.entries(d).get(name),
+        )
         self.files: HandleTable[OpenFile] = HandleTable()
         # Inodes whose pages the kernel may hold: they served a read through the page
         # cache since they were last invalidated.
@@ -140,6 +152,11 @@ class Operations(pyfuse3.Operations):
         self._attrs: OrderedDict[int, pyfuse3.EntryAttributes] = OrderedDict()  # directories'
         self._uid = os.getuid()
         self._gid = os.getgid()
+        # The kernel keeps names and attributes as long as the tree serves them
+        # unchecked: what changes through the mount is invalidated when it changes,
+        # what changes in the store is seen after the TTL (namespace/freshness.py).
+        self.ttl = tree.freshness.ttl
+        tree.add_refresh_listener(self._refreshed)
 
     def init(self) -> None:
         # Called while answering INIT; waiters run after the reply has been sent.
@@ -152,6 +169,57 @@ class Operations(pyfuse3.Operations):
         if not self.tree.needs_io(node):
             return self.tree.entries(node)
         return await trio.to_thread.run_sync(self.tree.entries, node)
+
+    async def _fresh(self, directory: DirNode | None) -> None:
+        """Check ``directory`` against the store where the TTL says so (close-to-open:
+        every lookup, stat and open comes here first), and tell the kernel what
+        changed."""
+        if directory is None or self.tree.fresh(directory):
+            return
+        changes = await trio.to_thread.run_sync(self.tree.revalidate, directory)
+        if changes:
+            await self._tell_kernel(changes)
+
+    async def _tell_kernel(self, changes: Changes) -> None:
+        """Forget the old numbers of relisted directories (and make the kernel look
+        their names up again), and drop the pages and attributes of the files of
+        reloaded ones. Invalidations run in a thread: the kernel may make one wait
+        for a reply to a read of the same file."""
+        names: list[tuple[int, bytes]] = []
+        inodes: list[tuple[int, bool]] = []
+        for directory, old_names in changes.relisted:
+            directory_inode = self.inodes.inode_of(directory)
+            for inode in self.inodes.renumber(directory, old_names):
+                self._attrs.pop(inode, None)
+                self.page_cached.discard(inode)
+            names += [(directory_inode, os.fsencode(name)) for name in old_names]
+            self._attrs.pop(directory_inode, None)
+            inodes.append((directory_inode, True))
+        for directory in changes.reloaded:
+            directory_inode = self.inodes.inode_of(directory)
+            self._attrs.pop(directory_inode, None)
+            inodes.append((directory_inode, True))
+            if not directory.first_inode:
+                continue  # never numbered: the kernel holds none of its files
+            for entry in self.tree.entries(directory).values():
+                if isinstance(entry, FileNode):
+                    inode = self.inodes.inode_of(entry)
+                    # Pages only where a read may have left some: a stream of opens
+                    # past the TTL pays one invalidation per read file.
+                    cached = inode in self.page_cached
+                    self.page_cached.discard(inode)
+                    inodes.append((inode, not cached))
+        if self.mounted:
+            await trio.to_thread.run_sync(_invalidate_all, names, inodes)
+
+    async def _refreshed(self) -> None:
+        """``.zarrfs/refresh``: the kernel forgets every attribute and page it holds,
+        so that each next use comes here, and is checked."""
+        self._attrs.clear()
+        self.page_cached.clear()
+        if self.mounted:
+            held = [(inode, False) for inode in self.inodes.held()]
+            await trio.to_thread.run_sync(_invalidate_all, [], held)
 
     def _dir(self, inode: int) -> DirNode:
         node = self.inodes.node(inode)
@@ -189,8 +257,8 @@ class Operations(pyfuse3.Operations):
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode
         attr.generation = 0
-        attr.entry_timeout = ATTR_TIMEOUT
-        attr.attr_timeout = ATTR_TIMEOUT
+        attr.entry_timeout = self.ttl
+        attr.attr_timeout = self.ttl
         if isinstance(node, DirNode):
             attr.st_mode = stat.S_IFDIR | 0o555
             attr.st_nlink = 2
@@ -219,6 +287,7 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
+        await self._fresh(parent)
         entries = await self._entries(parent)
         node = entries.get(os.fsdecode(name))
         if node is None:
@@ -241,7 +310,12 @@ class Operations(pyfuse3.Operations):
     async def getattr(
         self, inode: int, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
-        return self.attributes(self.inodes.node(inode))
+        node = self.inodes.node(inode)
+        directory = node if isinstance(node, DirNode) else node.parent
+        if directory is not None and not self.tree.fresh(directory):
+            await self._fresh(directory)
+            node = self.inodes.node(inode)  # made anew if its directory changed
+        return self.attributes(node)
 
     @_boundary
     async def setattr(
@@ -266,6 +340,7 @@ class Operations(pyfuse3.Operations):
     @_boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
         directory = self._dir(inode)
+        await self._fresh(directory)
         await self._entries(directory)
         # A directory's names never change once listed: encoded once while the tree
         # keeps the directory, every handle shares them (ls -R then find: each
@@ -296,6 +371,10 @@ class Operations(pyfuse3.Operations):
         node = self.inodes.node(inode)
         if isinstance(node, DirNode):
             raise pyfuse3.FUSEError(errno.EISDIR)
+        if node.parent is not None and not self.tree.fresh(node.parent):
+            await self._fresh(node.parent)
+            node = self.inodes.node(inode)  # made anew if its directory changed
+            assert isinstance(node, FileNode)
         if flags & _WRITE_FLAGS:
             if self.read_only:
                 raise ReadOnlyError(f"{node.name}: opened for writing on a read-only mount")

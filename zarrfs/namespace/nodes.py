@@ -64,6 +64,7 @@ class DirNode:
 
     __slots__ = (
         "_loader",
+        "checked",
         "children",
         "coordinates",
         "first_inode",
@@ -79,6 +80,9 @@ class DirNode:
         self.parent = parent
         self.index = 0  # its position among the parent's entries (sorted by name)
         self.mtime = mtime
+        # When what it is and lists was last checked against the store (a
+        # Freshness clock reading: namespace/freshness.py); never, until its tree says.
+        self.checked = float("-inf")
         self.first_inode = 0  # the inode of its first entry (fuse/inodes.py); 0: none yet
         self._loader = loader
         # What it is, while loaded: for good, or while recent (namespace/recent.py).
@@ -138,6 +142,22 @@ class KeyFileNode(FileNode):
 
 
 Node = DirNode | FileNode
+
+
+@dataclass
+class Changes:
+    """What a check of a node against the store changed (namespace/tree.py's
+    ``revalidate``), for the FUSE layer to tell the kernel."""
+
+    # Directories whose files' bytes or sizes may have changed (an array whose chunks
+    # were dropped, a node whose documents changed): their pages and attributes.
+    reloaded: list[DirNode] = field(default_factory=list)
+    # Directories whose entries changed, with the names they listed before: their
+    # entries are numbered anew, the old names forgotten by the kernel.
+    relisted: list[tuple[DirNode, tuple[str, ...]]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.reloaded or self.relisted)
 
 
 def unlisted(node: Node) -> bool:

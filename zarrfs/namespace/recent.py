@@ -68,6 +68,18 @@ class RecentNodes:
             return None
         return Loaded(state.meta, state.documents, state)
 
+    def replace(self, node: DirNode, loaded: Loaded) -> None:
+        """``node`` is now ``loaded`` (its documents changed in the store): what it
+        was is forgotten, its state included, whatever still holds that."""
+        with self._lock:
+            self._states.pop(node, None)
+            old = node.loaded
+            if node in self._recent and old is not None:
+                self._bytes += loaded.weight - old.weight
+                node.loaded = loaded
+            else:
+                self.remember(node, loaded)
+
     def keep(self, node: DirNode, loaded: Loaded) -> None:
         """``node`` keeps ``loaded`` (what it is now) for good."""
         with self._lock:

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.counters import Counters
@@ -37,6 +37,7 @@ from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import Consolidated
 from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta
+from zarrfs.namespace.freshness import Freshness
 from zarrfs.namespace.keys import ChunkKeys
 from zarrfs.namespace.listing import (
     DirListing,
@@ -46,9 +47,9 @@ from zarrfs.namespace.listing import (
     document_entries,
     set_entries,
 )
-from zarrfs.namespace.nodes import DirNode, Loaded, Node
+from zarrfs.namespace.nodes import Changes, DirNode, KeyDirNode, Loaded, Node
 from zarrfs.namespace.recent import RecentNodes
-from zarrfs.stores.base import Store, join_key
+from zarrfs.stores.base import UNCHANGED, Store, join_key
 from zarrfs.views.control import control_views
 
 log = logging.getLogger(__name__)
@@ -64,14 +65,26 @@ class Tree:
         writeback: WriteBack | None = None,
         *,
         consolidated: bool = True,
+        freshness: Freshness | None = None,
     ) -> None:
         self.store = store
+        self.freshness = freshness or Freshness()
         self.cache = cache
         self.writeback = writeback
         self._lock = threading.RLock()  # loading an array may load its siblings
         # Set when the hierarchy is listed from consolidated metadata alone.
         self.consolidated: Consolidated | None = None
         self._consolidated_mtime: float | None = None
+        # The root document that holds the listing, as last read (its bytes, version),
+        # when it was last checked, and when a check last found it changed: every node
+        # checked before then is checked again against the new listing.
+        self._root_document: hierarchy.RootDocument | None = None
+        self._root_checked = self.freshness.now()
+        self._listing_changed = float("-inf")
+        # Arrays written through a read-write mount: the mount is their writer, so
+        # they are never checked against the store (their shape is the mount's).
+        self._written: set[DirNode] = set()
+        self._refresh_listeners: list[Callable[[], Awaitable[None]]] = []
         # The root keys read once (None: absent), and the document among them shown
         # beside a root group's own (.zmetadata).
         self._root_reads: dict[str, bytes | None] = {}
@@ -80,8 +93,9 @@ class Tree:
         self._recent = RecentNodes(self._lock)
         self._keys = ChunkKeys(self, store, writeback)
         source = self._read_root()
+        self._root_document = source
         if consolidated and source is not None:
-            self._open_consolidated(*source)
+            self._open_consolidated(source)
         if self.consolidated is None and not store.listable:
             log.warning(
                 "%s cannot be listed and holds no consolidated metadata: only the node "
@@ -93,22 +107,27 @@ class Tree:
 
     # -- loading (blocking: worker threads) -------------------------------------------
 
-    def _read_root(self) -> tuple[str, bytes] | None:
-        """Read the root keys up to the first present one: (key, bytes), or None."""
+    def _read_root(self) -> hierarchy.RootDocument | None:
+        """Read the root keys up to the first present one, or None."""
         source = read_root_keys(
             self.store, self._root_reads, lambda key, e: log.warning("ignoring %s: %s", key, e)
         )
-        if source is not None and hierarchy.shown_at_root(source[0]):
-            self._root_extra[source[0]] = source[1]
+        if source is not None and hierarchy.shown_at_root(source.key):
+            self._root_extra[source.key] = source.data
         return source
 
-    def _open_consolidated(self, key: str, data: bytes) -> None:
-        opened = hierarchy.open_listing(key, data)
+    def _open_consolidated(self, source: hierarchy.RootDocument) -> None:
+        opened = hierarchy.open_listing(source.key, source.data)
         for warning in opened.warnings:
             log.warning("%s", warning)
         self.consolidated = opened.listing
+        self._root_document = source
         if self.consolidated is not None:
-            self._consolidated_mtime = self.store.mtime(self.consolidated.key)
+            # The time came with the document (a GET's Last-Modified): no request more.
+            version = source.version
+            self._consolidated_mtime = version.mtime if version is not None else None
+            if self._consolidated_mtime is None:
+                self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
     def _load_root(self) -> DirNode:
         node = self._new_node(None, "", "")
@@ -153,6 +172,7 @@ class Tree:
         if isinstance(meta, ArrayMeta) and meta.unsupported:
             log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         node = DirNode(self, parent, name, self._mtime(path, docs))
+        node.checked = self.freshness.now()
         loaded = self._make_loaded(path, meta, docs)
         if self.consolidated is None or not path:
             node.loaded = loaded  # for good
@@ -199,6 +219,7 @@ class Tree:
         changes its documents, which the consolidated document would not show)."""
         with self._lock:
             self._recent.keep(node, self.loaded_node(node))
+            self._written.add(node)
 
     def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
         if self.consolidated is not None and self._consolidated_mtime is not None:
@@ -207,6 +228,177 @@ class Tree:
             return self._loaded_at  # a request per document would cost more than it tells
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
         return max((m for m in mtimes if m is not None), default=time.time())
+
+    # -- checking against the store (close-to-open) ----------------------------------------
+
+    def fresh(self, node: DirNode) -> bool:
+        """Whether what the mount knows of ``node`` may be served without a check
+        (cheap: the FUSE thread asks it at every lookup, stat and open)."""
+        checked = node.checked
+        return checked >= self._listing_changed and not self.freshness.stale(checked)
+
+    def revalidate(self, node: DirNode) -> Changes:
+        """Check ``node`` against the store if it is not fresh (blocking: a worker
+        thread): its documents (an array's shape), a group's children, and, where
+        consolidated metadata lists the hierarchy, that document first (at most once
+        per TTL for the whole tree, conditionally where the store can). An array's
+        cached chunks are dropped: the store may hold others now."""
+        changes = Changes()
+        with self._lock:
+            if self.fresh(node):
+                return changes
+            now = self.freshness.now()
+            if node is self.control or isinstance(node, KeyDirNode) or node in self._written:
+                node.checked = now
+                return changes
+            if self._root_document is not None and self._root_checkable():
+                self._revalidate_root(now)
+            self._revalidate_node(node, now, changes)
+        return changes
+
+    def _root_checkable(self) -> bool:
+        # A read-write mount owns the consolidated document (its resizes rewrite it,
+        # from the root documents every array's documents refer to): it lists the
+        # hierarchy as it found it, with its own changes.
+        return self.consolidated is not None and self.writeback is None
+
+    def _revalidate_root(self, now: float) -> None:
+        """Read the document that lists the hierarchy again, if not checked within the
+        TTL; a new one is the listing from now on, and every node is checked again."""
+        current = self._root_document
+        if current is None or not self.freshness.stale(self._root_checked):
+            return
+        self._root_checked = now
+        try:
+            fetched = self.store.fetch(
+                current.key, limit=hierarchy.ROOT_LIMIT, unless=current.version
+            )
+        except (StoreError, MetadataError) as e:
+            log.warning("cannot check %s: %s; showing it as it was", current.key, e)
+            return
+        if fetched is UNCHANGED:
+            return
+        if fetched is None:
+            log.warning("%s is gone from the store; showing it as it was", current.key)
+            return
+        data = bytes(fetched.value)
+        if data == current.data:
+            return
+        source = hierarchy.RootDocument(current.key, data, fetched.version)
+        opened = hierarchy.open_listing(source.key, source.data)
+        if opened.listing is None:
+            log.warning("%s no longer lists the hierarchy; showing it as it was", source.key)
+            return
+        log.info("%s changed in the store: listing the hierarchy from its new version", source.key)
+        self.consolidated = opened.listing
+        self._root_document = source
+        self._root_reads[source.key] = data
+        if hierarchy.shown_at_root(source.key):
+            self._root_extra[source.key] = data
+        version = source.version
+        self._consolidated_mtime = version.mtime if version and version.mtime else time.time()
+        self._listing_changed = now
+
+    def _revalidate_node(self, node: DirNode, now: float, changes: Changes) -> None:
+        path = node.path
+        loaded = node.loaded
+        try:
+            if not path and self.consolidated is None:
+                self._root_reads.clear()  # the root's own documents are read again
+                self._root_document = self._read_root()
+            docs = self._read_docs(path, hierarchy.NODE_KEYS)
+            found = hierarchy.node_in(self.consolidated, path, docs)
+        except (MetadataError, StoreError) as e:
+            log.warning("cannot check %s: %s; showing it as it was", path or "/", e)
+            node.checked = now
+            return
+        node.checked = now
+        if found is None:
+            if node.parent is not None:
+                node.parent.checked = float("-inf")  # its listing drops the node
+            return
+        documents = dict(found.documents)
+        if isinstance(found.meta, GroupMeta) and not path:
+            documents.update(self._root_extra)
+        is_array = isinstance(found.meta, ArrayMeta) or (
+            loaded is not None and loaded.state is not None
+        )
+        if loaded is None or dict(loaded.documents.items()) != documents:
+            self._replace(node, loaded, found.meta, documents, changes)
+        elif is_array:
+            changes.reloaded.append(node)
+        if is_array:
+            self.cache.invalidate(path)
+        if isinstance(found.meta, GroupMeta):
+            self._relist(node, changes)
+
+    def _replace(
+        self,
+        node: DirNode,
+        loaded: Loaded | None,
+        meta: NodeMeta,
+        documents: dict[str, bytes],
+        changes: Changes,
+    ) -> None:
+        """``node``'s documents changed in the store: it is loaded from the new ones."""
+        path = node.path
+        if loaded is not None:
+            log.info("%s changed in the store: showing its new metadata", path or "/")
+        old_names = tuple(loaded.entries) if loaded is not None and loaded.entries else None
+        if old_names is None and node.first_inode:
+            # Numbered while loaded, then let go (namespace/recent.py): what it listed
+            # is not known, so it is numbered anew whatever it lists now.
+            old_names = ()
+        new = self._make_loaded(path, meta, documents)
+        node.mtime = self._mtime(path, documents) if not self.store.remote else time.time()
+        node.coordinates = None
+        if self.consolidated is None or not path:
+            node.loaded = new
+        else:
+            self._recent.replace(node, new)
+        changes.reloaded.append(node)
+        if old_names is not None:
+            listed = self._listed(node).entries
+            assert listed is not None
+            if tuple(listed) != old_names:
+                changes.relisted.append((node, old_names))
+
+    def _relist(self, node: DirNode, changes: Changes) -> None:
+        """A group's children as the store lists them now; those still there are kept."""
+        old = node.children
+        if old is None:
+            return  # never listed: the first listing reads the store anyway
+        loaded = self.loaded_node(node)
+        shown = set(loaded.documents)
+        children: dict[str, DirNode] = {}
+        for name in self._child_names(node.path):
+            if name in shown:
+                continue
+            child = old.get(name) or self._new_node(node, name, join_key(node.path, name))
+            if child is not None:
+                children[name] = child
+        if children.keys() == old.keys():
+            return
+        log.info("%s: its children changed in the store", node.path or "/")
+        old_names = tuple(loaded.entries) if loaded.entries is not None else ()
+        node.children = children
+        loaded.entries = None
+        loaded.names = None
+        self._listed(node)
+        changes.relisted.append((node, old_names))
+
+    def add_refresh_listener(self, listener: Callable[[], Awaitable[None]]) -> None:
+        """``listener`` is awaited after each ``refresh`` (the FUSE layer drops the
+        kernel's caches)."""
+        self._refresh_listeners.append(listener)
+
+    async def refresh(self) -> None:
+        """Everything is checked against the store again at its next use
+        (``.zarrfs/refresh``)."""
+        self.freshness.refresh()
+        log.info("refresh: everything is checked against the store at its next use")
+        for listener in self._refresh_listeners:
+            await listener()
 
     # -- entries ------------------------------------------------------------------------
 
@@ -238,7 +430,7 @@ class Tree:
         (``zarrfs tree`` and tests of the tree do not); before the root is listed.
         ``counters`` are the mount's, which ``.zarrfs/stats`` shows."""
         assert self.root.children is None, "the root is listed already"
-        files = control_views(self.cache, counters, self.writeback, self.store)
+        files = control_views(self.cache, counters, self.writeback, self.store, self.refresh)
         self.control = control_directory(self, self.root, files)
 
     def _listed(self, node: DirNode) -> Loaded:

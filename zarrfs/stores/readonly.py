@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from zarrfs.stores.base import Listing, Store, WriteRefusingStore
+from zarrfs.stores.base import Fetched, Listing, Store, Version, WriteRefusingStore
 
 
 class ReadOnlyStore(WriteRefusingStore):
@@ -31,6 +31,19 @@ class ReadOnlyStore(WriteRefusingStore):
 
     def size(self, key: str) -> int | None:
         return self.inner.size(key)
+
+    def stat(self, key: str) -> Version | None:
+        return self.inner.stat(key)
+
+    def fetch(
+        self, key: str, *, limit: int | None = None, unless: Version | None = None
+    ) -> Fetched | None:
+        return self.inner.fetch(key, limit=limit, unless=unless)
+
+    def fetch_ranges(
+        self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
+    ) -> tuple[list[bytes], Version | None] | None:
+        return self.inner.fetch_ranges(key, ranges, unless=unless)
 
     def contains(self, key: str) -> bool:
         return self.inner.contains(key)

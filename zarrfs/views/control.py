@@ -1,4 +1,4 @@
-"""The control directory ``.zarrfs/`` at the mount root: ``stats`` and ``flush``.
+"""The control directory ``.zarrfs/`` at the mount root: ``stats``, ``flush``, ``refresh``.
 
 ``stats`` is the mount's counters as JSON, made afresh by each read from its start:
 like ``info`` (and the files of /proc) it has size 0 and its handles use direct
@@ -6,7 +6,10 @@ I/O, so the kernel caches nothing and ``cat`` reads it to end of file. Writing
 anything to ``flush`` stores every dirty chunk of every array (and rewrites the
 metadata of resized ones) before the write returns, and fails with the store's
 errno as ``fsync`` does; reading it gives nothing. On a read-only mount ``flush``
-is there but, like every file there, refuses writing with EROFS. The directory is
+is there but refuses writing with EROFS. Writing anything to ``refresh`` (on any
+mount) makes everything the mount knows of the store stale: each node, listing and
+cached chunk is checked against the store at its next use, and the kernel's caches
+of names, attributes and pages are dropped before the write returns. The directory is
 listed at the mount root (``ls -a`` shows it) and wins over a store node of its
 name; only mounts have it (namespace/tree.py's ``Tree.show_control``). docs/semantics.md
 says why.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from zarrfs.core.counters import Counters
@@ -33,6 +36,7 @@ from zarrfs.views.base import View
 CONTROL_NAME = ".zarrfs"
 STATS_NAME = "stats"
 FLUSH_NAME = "flush"
+REFRESH_NAME = "refresh"
 
 
 def snapshot(
@@ -139,11 +143,44 @@ async def flush_everything(writeback: WriteBack) -> None:
         )
 
 
+class RefreshView(View):
+    """``.zarrfs/refresh``: a write of anything refreshes, and so does a read from its
+    start (which gives nothing): the kernel refuses every write to a read-only mount
+    before the daemon sees it, so ``cat .zarrfs/refresh`` is how one refreshes there."""
+
+    volatile = True
+    writable = True
+
+    def __init__(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        self._refresh = refresh
+
+    @property
+    def size(self) -> int:
+        return 0
+
+    async def read(self, offset: int, size: int) -> bytes:
+        if offset == 0:
+            await self._refresh()
+        return b""
+
+    async def write(self, offset: int, data: bytes) -> int:
+        await self._refresh()
+        return len(data)
+
+    def truncate(self, size: int) -> None:
+        pass  # `echo 1 > refresh` truncates first
+
+
 def control_views(
-    cache: ChunkCache, counters: Counters, writeback: WriteBack | None, store: Store
+    cache: ChunkCache,
+    counters: Counters,
+    writeback: WriteBack | None,
+    store: Store,
+    refresh: Callable[[], Awaitable[None]],
 ) -> dict[str, View]:
     """The files of ``.zarrfs/`` by name."""
     return {
         FLUSH_NAME: FlushView(writeback),
+        REFRESH_NAME: RefreshView(refresh),
         STATS_NAME: StatsView(lambda: snapshot(cache, counters, writeback, store)),
     }

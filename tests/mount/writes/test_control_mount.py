@@ -179,7 +179,7 @@ def test_a_failing_flush_fails_the_echo_with_the_store_error(tmp_path: Path) -> 
 def test_a_read_only_mount_refuses_flush_with_erofs(tmp_path: Path) -> None:
     store = group_store(tmp_path / "s.zarr")
     with mounted(store, "--read-only", log_dir=tmp_path) as m:
-        assert sorted(os.listdir(m / ".zarrfs")) == ["flush", "stats"]
+        assert sorted(os.listdir(m / ".zarrfs")) == ["flush", "refresh", "stats"]
         with pytest.raises(OSError) as info:
             os.open(m / ".zarrfs/flush", os.O_WRONLY | os.O_TRUNC)
         assert info.value.errno == errno.EROFS

@@ -36,7 +36,7 @@ from zarrfs.formats.limits import MAX_CONSOLIDATED_BYTES, MAX_DOCUMENT_BYTES
 from zarrfs.formats.metadata import consolidated, detect, v2, v3
 from zarrfs.formats.metadata.consolidated import Consolidated
 from zarrfs.formats.metadata.detect import Detected
-from zarrfs.stores.base import Store, join_key
+from zarrfs.stores.base import Store, Version, join_key
 
 # Root key → its consolidated listing (None: it holds none), newest layout first.
 _LISTINGS: dict[str, Callable[[bytes], Consolidated | None]] = {
@@ -67,26 +67,37 @@ def open_listing(key: str, data: bytes) -> OpenedListing:
         )
 
 
+@dataclass(frozen=True)
+class RootDocument:
+    """The first root key present: its bytes and the version they were read at."""
+
+    key: str
+    data: bytes
+    version: Version | None
+
+
 def read_root_keys(
     store: Store,
     reads: dict[str, bytes | None],
     ignoring: Callable[[str, InvalidValueError], None],
-) -> tuple[str, bytes] | None:
-    """Read the root keys into ``reads`` (None: absent) up to the first present one:
-    (key, bytes), or None. A consolidated document the store may not read is handed
-    to ``ignoring`` (the store is listed instead); the root node's own document
-    raises InvalidValueError (the root is unusable)."""
+) -> RootDocument | None:
+    """Read the root keys into ``reads`` (None: absent) up to the first present one,
+    or None. A consolidated document the store may not read is handed to
+    ``ignoring`` (the store is listed instead); the root node's own document raises
+    InvalidValueError (the root is unusable). One request per key read: the
+    version comes with the value."""
     for key in ROOT_KEYS:
         try:
-            data = store.get(key, limit=ROOT_LIMIT)
+            fetched = store.fetch(key, limit=ROOT_LIMIT)
         except InvalidValueError as e:
             if not shown_at_root(key):
                 raise
             ignoring(key, e)
             return None
+        data = None if fetched is None else bytes(fetched.value)
         reads[key] = data
-        if data is not None:
-            return key, data
+        if fetched is not None and data is not None:
+            return RootDocument(key, data, fetched.version)
     return None
 
 
