@@ -98,6 +98,9 @@ GOOD_VALUES = [
     (("--flush-interval", "0.01"), "flush_interval", 0.01),
     (("--flush-interval", "86400"), "flush_interval", 86400.0),
     (("-o", "flush_interval=2.5"), "flush_interval", 2.5),
+    (("--metadata-ttl", "0"), "metadata_ttl", 0.0),
+    (("-o", "metadata_ttl=60"), "metadata_ttl", 60.0),
+    (("--metadata-ttl", "604800"), "metadata_ttl", 604800.0),
 ]
 
 
@@ -123,6 +126,9 @@ BAD_VALUES = [
     (("--flush-interval", "0"), "--flush-interval", "not between 0.01 and 86400"),
     (("--flush-interval", "-5"), "--flush-interval", "not between 0.01 and 86400"),
     (("-o", "flush_interval=inf"), "--flush-interval", "not between 0.01 and 86400"),
+    (("--metadata-ttl", "-1"), "--metadata-ttl", "not between 0 and 604800"),
+    (("--metadata-ttl", "inf"), "--metadata-ttl", "not between 0 and 604800"),
+    (("-o", "metadata_ttl=nan"), "--metadata-ttl", "not between 0 and 604800"),
     (("--readahead", "2K"), "--readahead", "is not 0 nor between 4 KiB and 1 GiB"),
     (("--readahead", "2G"), "--readahead", "is not 0 nor between 4 KiB and 1 GiB"),
     (("--log-level", "loud"), "--log-level", "unknown log level 'loud'"),

@@ -315,7 +315,14 @@ class Operations(pyfuse3.Operations):
         if directory is not None and not self.tree.fresh(directory):
             await self._fresh(directory)
             node = self.inodes.node(inode)  # made anew if its directory changed
-        return self.attributes(node)
+        attr = self.attributes(node)
+        if attr.st_ino != inode:
+            # An old number of an entry numbered anew (its directory changed): it is
+            # answered under the number asked, until the kernel has forgotten it.
+            attr = self._new_attributes(node, inode)
+            attr.st_size = self.attributes(node).st_size
+            attr.st_blocks = -(-attr.st_size // 512)
+        return attr
 
     @_boundary
     async def setattr(
