@@ -17,9 +17,11 @@ from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.runstate import ensure_run_dir
 from zarrfs.daemon.storelock import StoreLock
+from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace.tree import Tree
 from zarrfs.stores.base import Store
+from zarrfs.stores.diskcache import DiskCacheStore
 from zarrfs.stores.location import StoreOpenError, StoreOptions, kind, open_store
 
 log = logging.getLogger(__name__)
@@ -39,12 +41,14 @@ class MountOptions:
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
     anonymous: bool = False  # S3: unsigned requests, for public buckets
+    disk_cache: str | None = None  # a remote store's values kept in this directory
+    disk_cache_size: int = 10 << 30
 
 
 def _checked_store(location: str, options: MountOptions) -> Store:
     """The store, opened and checked; a read-only kind of store (a .zip archive,
     HTTP) makes the mount read-only, said in one line."""
-    store = open_store(location, StoreOptions(anonymous=options.anonymous))
+    store = _cached(open_store(location, StoreOptions(anonymous=options.anonymous)), options)
     if store.read_only and not options.read_only:
         log.warning("%s is read-only: mounting it read-only", store.describe())
         options.read_only = True
@@ -54,6 +58,19 @@ def _checked_store(location: str, options: MountOptions) -> Store:
     if not options.read_only and local and not os.access(location, os.W_OK):
         raise StoreOpenError(f"store {location!r} is not writable (mount it without --rw)")
     return store
+
+
+def _cached(store: Store, options: MountOptions) -> Store:
+    """``store`` behind the disk cache, where one is asked for and the store is remote."""
+    if options.disk_cache is None:
+        return store
+    if not store.remote:
+        log.warning("%s is local: --disk-cache is not used", store.describe())
+        return store
+    try:
+        return DiskCacheStore(store, options.disk_cache, options.disk_cache_size)
+    except ZarrfsError as e:
+        raise StoreOpenError(str(e)) from None
 
 
 def build_operations(location: str, options: MountOptions) -> Operations:

@@ -59,11 +59,17 @@ class CacheDir:
         """The directory, made (0700) if missing; StoreError if it is not the user's
         own directory or cannot be made."""
         self.path = os.path.abspath(path)
-        self._quiet_until = 0.0
         self.max_bytes = max_bytes
         self.objects = os.path.join(self.path, "objects")
         self.tmp = os.path.join(self.path, "tmp")
         self._lock_path = os.path.join(self.path, "lock")
+        self._paused_until = 0.0  # adding nothing until then (its disk was full)
+        self._quiet_until = 0.0  # logging no trouble until then
+        self._added = 0  # files since the last count
+        self._guard = threading.Lock()
+        self.evicted = 0
+        self.full = 0  # files not added because the disk was full
+        self.last_usage = 0  # the total as this process last wrote it (for stats)
         try:
             for directory in (self.path, self.objects, self.tmp):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -76,12 +82,6 @@ class CacheDir:
                 self._write_usage(fd, self._recount())
         except OSError as e:
             raise StoreError(f"disk cache {self.path!r}: {e.strerror}", e.errno or 5) from None
-        self._paused_until = 0.0
-        self._quiet_until = 0.0
-        self._added = 0  # files since the last count
-        self._guard = threading.Lock()
-        self.evicted = 0
-        self.full = 0  # files not added because the disk was full
 
     # -- reading ---------------------------------------------------------------------
 
@@ -292,9 +292,9 @@ class CacheDir:
         raw = os.pread(fd, _USAGE.size, 0)
         return _USAGE.unpack(raw)[0] if len(raw) == _USAGE.size else None
 
-    @staticmethod
-    def _write_usage(fd: int, usage: int) -> None:
-        os.pwrite(fd, _USAGE.pack(max(usage, 0)), 0)
+    def _write_usage(self, fd: int, usage: int) -> None:
+        self.last_usage = max(usage, 0)
+        os.pwrite(fd, _USAGE.pack(self.last_usage), 0)
 
     # -- trouble -----------------------------------------------------------------------
 

@@ -142,13 +142,14 @@ class DiskCacheStore(Store):
         self._fresh_after = time.time_ns()
 
     def counters(self) -> dict[str, int]:
-        """The cache's counters, and its size and bound, for ``.zarrfs/stats``."""
+        """The cache's counters, and its size and bound, for ``.zarrfs/stats`` (no
+        I/O: the size as this process last counted or changed it)."""
         with self._stats_lock:
             out = asdict(self.stats)
         out.update(
             evicted=self.files.evicted,
             not_added_disk_full=self.files.full,
-            bytes=self.files.usage(),
+            bytes=self.files.last_usage,
             size=self.files.max_bytes,
         )
         return out
