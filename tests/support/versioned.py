@@ -48,7 +48,10 @@ class VersionedStore(Store):
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         with self._lock:
             self._clock += 1
-            self._values[key] = (bytes(value), Version(f'"v{self._clock}"', self._clock, len(value)))
+            self._values[key] = (
+                bytes(value),
+                Version(f'"v{self._clock}"', self._clock, len(value)),
+            )
 
     def stage(self, key: str, value: bytes | Sequence[bytes]) -> Any:
         if not isinstance(value, bytes | bytearray | memoryview):

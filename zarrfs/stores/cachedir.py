@@ -181,18 +181,16 @@ class CacheDir:
                 usage = self._evict(low_water(self.max_bytes))
             self._write_usage(fd, usage)
 
-    def remove(self, names: Sequence[str] = (), prefix: str | None = None) -> None:
-        """Remove the files ``names``, and every file whose name starts with
-        ``prefix`` (all the parts of one key)."""
+    def remove_key(self, prefix: str) -> None:
+        """Remove every file whose name starts with ``prefix`` (the parts of a key)."""
+        bucket = os.path.join(self.objects, bucket_of(prefix))
         try:
             with self._locked() as fd:
                 usage = self._read_usage(fd)
-                freed = sum(self._unlink(self.path_of(name)) for name in names)
-                if prefix is not None:
-                    bucket = os.path.join(self.objects, bucket_of(prefix))
-                    with contextlib.suppress(FileNotFoundError), os.scandir(bucket) as it:
-                        matching = [e.path for e in it if e.name.startswith(prefix)]
-                    freed += sum(self._unlink(path) for path in matching)
+                matching: list[str] = []
+                with contextlib.suppress(FileNotFoundError), os.scandir(bucket) as it:
+                    matching = [e.path for e in it if e.name.startswith(prefix)]
+                freed = sum(self._unlink(path) for path in matching)
                 if usage is not None:
                     self._write_usage(fd, max(usage - freed, 0))
         except OSError as e:

@@ -362,7 +362,7 @@ class DiskCacheStore(Store):
 
     def _forget(self, key: str) -> None:
         self._writes.wrote(key)
-        self.files.remove(prefix=key_digest(self.identity, key) + ".")
+        self.files.remove_key(key_digest(self.identity, key) + ".")
 
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         self._forget(key)
