@@ -96,7 +96,7 @@ def test_http_a_second_mount_sends_no_chunk_get(http_server: HttpServer, tmp_pat
     plain_and_sharded(local, consolidate=True)
     expected = oracle(local)
     cache = tmp_path / "cache"
-    with mounted(f"{http_server.url}s.zarr", "--disk-cache", str(cache)) as m:
+    with mounted(f"{http_server.url}s.zarr", "-o", f"disk_cache={cache},disk_cache_size=1G") as m:
         read_all(m.path, expected)
     assert [r for r in http_server.gets() if "/c/" in r.path]
     http_server.reset()

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.versioned import VersionedStore
+from zarrfs.daemon.build import MountOptions, _cached
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import cachedir
 from zarrfs.stores.base import UNCHANGED
+from zarrfs.stores.directory import DirectoryStore
 from zarrfs.stores.diskcache import DiskCacheStore
 
 MiB = 1 << 20
@@ -289,3 +291,11 @@ def test_a_read_begun_before_a_write_does_not_cache_the_old_value(
     assert cache.get("a/0") == b"0123456789"
     monkeypatch.undo()
     assert cache.get("a/0") == b"newer"
+
+
+def test_a_local_store_is_not_cached(tmp_path: Path) -> None:
+    store = DirectoryStore(str(tmp_path))
+    options = MountOptions(disk_cache=str(tmp_path / "c"))
+    assert _cached(store, options) is store
+    assert not (tmp_path / "c").exists()
+    assert isinstance(_cached(VersionedStore(), options), DiskCacheStore)
