@@ -62,6 +62,12 @@ TRANSLATE = [
     ("readahead=0", ["--readahead", "0"], [], []),
     ("no_consolidated", ["--no-consolidated"], [], []),
     ("anonymous", ["--anonymous"], [], []),
+    (
+        "disk_cache=/var/cache/z,disk_cache_size=10G",
+        ["--disk-cache", "/var/cache/z", "--disk-cache-size", "10G"],
+        [],
+        [],
+    ),
     ("log_level=debug", ["--log-level", "debug"], [], []),
     ("log_file=/var/log/z=1.log", ["--log-file", "/var/log/z=1.log"], [], []),
     ("allow_other,default_permissions", [], ["allow_other", "default_permissions"], []),

@@ -132,6 +132,8 @@ BAD_VALUES = [
     (("--readahead", "2K"), "--readahead", "is not 0 nor between 4 KiB and 1 GiB"),
     (("--readahead", "2G"), "--readahead", "is not 0 nor between 4 KiB and 1 GiB"),
     (("--log-level", "loud"), "--log-level", "unknown log level 'loud'"),
+    (("--disk-cache-size", "100K"), "--disk-cache-size", "less than 1 MiB"),
+    (("-o", "disk_cache_size=lots"), "--disk-cache-size", "invalid size 'lots'"),
 ]
 
 

@@ -59,6 +59,7 @@ class FaultProxy:
         self.delay = 0.0
         self.connections = 0  # accepted so far
         self.requests = 0  # seen so far (HTTP-aware mode)
+        self.request_lines: list[str] = []  # of those requests ("GET /b/k HTTP/1.1")
         self.cuts = 0  # done so far
         self.failures = 0  # answered by the proxy so far
         self._cut_after = 0
@@ -191,6 +192,7 @@ class FaultProxy:
                 return self._up_raw(link, head + buffer)  # no boundary to find
             with self._lock:
                 self.requests += 1
+                self.request_lines.append(head.partition(b"\r\n")[0].decode("latin-1"))
                 link.sent = 0  # a cut counts the bytes of this request's response
                 failing = self._fail_left > 0
                 if failing:

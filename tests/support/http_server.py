@@ -90,6 +90,8 @@ class HttpServer:
     # connection; statuses: answer this status to these paths (query left out).
     ignore_range: bool = False
     send_length: bool = True
+    # etags: an ETag of the file's mtime, size and inode; If-None-Match naming it is 304.
+    etags: bool = True
     statuses: dict[str, int] = field(default_factory=dict)
     # hostile: path prefix -> a mode of MODES (the longest prefix wins); redirects:
     # path (query left out) -> Location, answered with redirect_status.
@@ -204,6 +206,12 @@ class RangeHandler(SimpleHTTPRequestHandler):
         with open(local, "rb") as f:
             st = os.fstat(f.fileno())
             size = st.st_size
+            etag = f'"{st.st_mtime_ns:x}-{size:x}-{st.st_ino:x}"'
+            if state.etags and self.headers.get("If-None-Match") == etag:
+                self.send_response(HTTPStatus.NOT_MODIFIED)
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return None
             header = self.headers.get("Range")
             window = None if header is None or state.ignore_range else _parse_range(header, size)
             if window == ():
@@ -236,6 +244,8 @@ class RangeHandler(SimpleHTTPRequestHandler):
         if window:
             self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
         self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+        if state.etags:
+            self.send_header("ETag", etag)
         self.end_headers()
         return body
 

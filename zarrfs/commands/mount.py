@@ -24,6 +24,7 @@ from zarrfs.commands.mountopts import (
     public_location,
 )
 from zarrfs.commands.output import fail
+from zarrfs.core.sizes import parse_size
 from zarrfs.daemon.build import MountOptions, prepare_mount
 from zarrfs.daemon.detach import serve_detached, serve_foreground
 from zarrfs.daemon.logs import setup_logging
@@ -60,6 +61,16 @@ def check_not_nested(store: str, mountpoint: str) -> None:
         fail(f"mountpoint {mountpoint!r} {where} {store!r}")
     if os.path.commonpath([store_path, mount_path]) == mount_path:
         fail(f"store {store!r} is inside the mountpoint {mountpoint!r}")
+
+
+def check_disk_cache_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    try:
+        nbytes = parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    if nbytes < 1 << 20:
+        raise click.BadParameter(f"{value!r} is less than 1 MiB")
+    return nbytes
 
 
 def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -135,6 +146,20 @@ def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> s
     is_flag=True,
     help="S3: send unsigned requests (public buckets), ignoring any credentials.",
 )
+@click.option(
+    "--disk-cache",
+    default=None,
+    metavar="DIR",
+    help="Remote stores: keep what they send in DIR (made 0700) across mounts; "
+    "mounts of this machine may share it.",
+)
+@click.option(
+    "--disk-cache-size",
+    default="10G",
+    show_default=True,
+    callback=check_disk_cache_size,
+    help="The bound of --disk-cache (1M or more): past it the least recently used go.",
+)
 @click.option("--log-level", default="info", show_default=True, callback=check_log_level)
 @click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")
 def mount_command(
@@ -151,6 +176,8 @@ def mount_command(
     metadata_ttl: float,
     no_consolidated: bool,
     anonymous: bool,
+    disk_cache: str | None,
+    disk_cache_size: int,
     log_level: str,
     log_file: str | None,
 ) -> None:
@@ -177,6 +204,8 @@ def mount_command(
         fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
         anonymous=anonymous,
         metadata_ttl=metadata_ttl,
+        disk_cache=None if disk_cache is None else os.path.abspath(disk_cache),
+        disk_cache_size=disk_cache_size,
     )
     check_not_nested(store, mountpoint)  # first: a nested mountpoint is also "not empty"
     check_mountpoint(mountpoint)

@@ -17,10 +17,12 @@ from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.runstate import ensure_run_dir
 from zarrfs.daemon.storelock import StoreLock
+from zarrfs.errors import ZarrfsError
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace.freshness import DEFAULT_TTL, Freshness
 from zarrfs.namespace.tree import Tree
 from zarrfs.stores.base import Store
+from zarrfs.stores.diskcache import DiskCacheStore
 from zarrfs.stores.location import StoreOpenError, StoreOptions, kind, open_store
 
 log = logging.getLogger(__name__)
@@ -42,12 +44,14 @@ class MountOptions:
     anonymous: bool = False  # S3: unsigned requests, for public buckets
     # Seconds what the mount knows of the store is served unchecked (close-to-open).
     metadata_ttl: float = DEFAULT_TTL
+    disk_cache: str | None = None  # a remote store's values kept in this directory
+    disk_cache_size: int = 10 << 30
 
 
 def _checked_store(location: str, options: MountOptions) -> Store:
     """The store, opened and checked; a read-only kind of store (a .zip archive,
     HTTP) makes the mount read-only, said in one line."""
-    store = open_store(location, StoreOptions(anonymous=options.anonymous))
+    store = _cached(open_store(location, StoreOptions(anonymous=options.anonymous)), options)
     if store.read_only and not options.read_only:
         log.warning("%s is read-only: mounting it read-only", store.describe())
         options.read_only = True
@@ -57,6 +61,21 @@ def _checked_store(location: str, options: MountOptions) -> Store:
     if not options.read_only and local and not os.access(location, os.W_OK):
         raise StoreOpenError(f"store {location!r} is not writable (mount it without --rw)")
     return store
+
+
+def _cached(store: Store, options: MountOptions) -> Store:
+    """``store`` behind the disk cache, where one is asked for and the store is remote."""
+    if options.disk_cache is None:
+        return store
+    if not store.remote:
+        log.warning("%s is local: --disk-cache is not used", store.describe())
+        return store
+    try:
+        return DiskCacheStore(
+            store, options.disk_cache, options.disk_cache_size, ttl=options.metadata_ttl
+        )
+    except ZarrfsError as e:
+        raise StoreOpenError(str(e)) from None
 
 
 def build_operations(location: str, options: MountOptions) -> Operations:
@@ -101,4 +120,11 @@ def _build(store: Store, options: MountOptions) -> Operations:
     freshness = Freshness(options.metadata_ttl)
     tree = Tree(store, cache, writeback, consolidated=options.consolidated, freshness=freshness)
     tree.show_control(counters)  # .zarrfs/ at the mount root
+    if isinstance(store, DiskCacheStore):
+        disk_cache = store
+
+        async def refresh_disk_cache() -> None:
+            disk_cache.refresh()
+
+        tree.add_refresh_listener(refresh_disk_cache)
     return Operations(tree, counters, writeback, read_only=options.read_only)

@@ -19,9 +19,18 @@ import secrets
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from zarrfs.errors import InvalidValueError, StoreError
-from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
+from zarrfs.stores.base import (
+    UNCHANGED,
+    Fetched,
+    Listing,
+    Store,
+    Version,
+    check_ranges,
+    resolve_range,
+)
 from zarrfs.stores.fileio import (
     CLOEXEC,
     DIRECTORY,
@@ -48,6 +57,7 @@ _MISSING = (errno.ENOENT, errno.ENOTDIR)
 _FORBIDDEN = (errno.ELOOP, errno.EXDEV)
 
 Resolver = Callable[[int, str, int], int]
+T = TypeVar("T")
 
 
 class DirectoryStore(Store):
@@ -193,13 +203,7 @@ class DirectoryStore(Store):
             return None
         fd, st = opened
         try:
-            if limit is not None and st.st_size > limit:
-                raise InvalidValueError(
-                    f"reading {key!r}: {st.st_size} bytes, more than the limit of {limit}"
-                )
-            return read_exactly(fd, st.st_size)
-        except OSError as e:
-            raise _failure("reading", key, e) from e
+            return _read_value(key, fd, st, limit)
         finally:
             os.close(fd)
 
@@ -220,9 +224,7 @@ class DirectoryStore(Store):
             return None
         fd, st = opened
         try:
-            return [pread_exactly(fd, *resolve_range(s, n, st.st_size)) for s, n in ranges]
-        except OSError as e:
-            raise _failure("reading", key, e) from e
+            return _read_spans(key, fd, st, ranges)
         finally:
             os.close(fd)
 
@@ -461,6 +463,75 @@ class DirectoryStore(Store):
                     os.unlink(name, dir_fd=dir_fd)
                     removed += 1
         return removed
+
+    # -- versions ----------------------------------------------------------------------
+
+    def stat(self, key: str) -> Version | None:
+        """The version of the file at ``key``: the fstat of the descriptor a read
+        would open (modification time in nanoseconds, size and inode)."""
+        opened = self._open_value(key)
+        if opened is None:
+            return None
+        os.close(opened[0])
+        return file_version(opened[1])
+
+    def fetch(
+        self, key: str, *, limit: int | None = None, unless: Version | None = None
+    ) -> Fetched | None:
+        """One open: its fstat is the version, compared with ``unless`` before
+        anything is read (a file needs no conditional request)."""
+        found = self._versioned(key, unless, lambda fd, st: _read_value(key, fd, st, limit))
+        return found if found is None or found is UNCHANGED else Fetched(*found)
+
+    def fetch_ranges(
+        self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
+    ) -> tuple[list[bytes], Version | None] | None:
+        check_ranges(ranges)
+        return self._versioned(key, unless, lambda fd, st: _read_spans(key, fd, st, ranges))
+
+    def _versioned(
+        self, key: str, unless: Version | None, read: Callable[[int, os.stat_result], T]
+    ) -> tuple[T, Version] | None:
+        """(``read`` of the opened file, its version); UNCHANGED where ``unless``
+        names that version; None for a missing key."""
+        opened = self._open_value(key)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
+            version = file_version(st)
+            if unless is not None and unless.tag == version.tag:
+                return UNCHANGED  # type: ignore[no-any-return]
+            return read(fd, st), version
+        finally:
+            os.close(fd)
+
+
+def file_version(st: os.stat_result) -> Version:
+    """A file's version: a rename over it (a new inode), a write (a new mtime) or a
+    truncation (a new size) each changes the tag."""
+    return Version(f"{st.st_mtime_ns}:{st.st_size}:{st.st_ino}", st.st_mtime, st.st_size)
+
+
+def _read_value(key: str, fd: int, st: os.stat_result, limit: int | None) -> bytes:
+    if limit is not None and st.st_size > limit:
+        raise InvalidValueError(
+            f"reading {key!r}: {st.st_size} bytes, more than the limit of {limit}"
+        )
+    try:
+        return read_exactly(fd, st.st_size)
+    except OSError as e:
+        raise _failure("reading", key, e) from e
+
+
+def _read_spans(
+    key: str, fd: int, st: os.stat_result, ranges: list[tuple[int, int]]
+) -> list[bytes]:
+    """One pread per range; a suffix range is placed by the size of ``st``."""
+    try:
+        return [pread_exactly(fd, *resolve_range(s, n, st.st_size)) for s, n in ranges]
+    except OSError as e:
+        raise _failure("reading", key, e) from e
 
 
 def _is_temp_name(name: str) -> bool:

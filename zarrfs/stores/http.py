@@ -30,9 +30,11 @@ from __future__ import annotations
 import base64
 import email.utils
 import errno
+import hashlib
 import os
 import random
 import re
+import secrets
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -46,7 +48,15 @@ from urllib3.exceptions import HTTPError
 from zarrfs import __version__
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import httpwire
-from zarrfs.stores.base import Listing, WriteRefusingStore, check_ranges, resolve_range
+from zarrfs.stores.base import (
+    UNCHANGED,
+    Fetched,
+    Listing,
+    Version,
+    WriteRefusingStore,
+    check_ranges,
+    resolve_range,
+)
 from zarrfs.stores.httpwire import (
     REDIRECTS,
     RETRIED,
@@ -335,22 +345,7 @@ class HttpStore(WriteRefusingStore):
 
     def get(self, key: str, *, limit: int | None = None) -> bytes | None:
         most = BODY_LIMIT if limit is None else limit
-
-        def read(response: urllib3.BaseHTTPResponse) -> bytes:
-            if response.status != HTTPStatus.OK:
-                self._unexpected(key, response, "unexpected answer")
-            size = body_length(response.headers)
-            if size is not None and size > most:
-                # Refused from the header alone: the body is never read.
-                raise InvalidValueError(f"reading {key!r}: {size} bytes, more than {most}")
-            data = b"".join(pieces(response, most + 1 if size is None else size))
-            if size is not None and len(data) != size:
-                raise Passing(f"{len(data)} of {size} bytes before the connection ended")
-            if len(data) > most:
-                raise InvalidValueError(f"reading {key!r}: more than {most} bytes")
-            return data
-
-        return self._request(key, "GET", read)
+        return self._request(key, "GET", lambda response: self._whole(key, response, most))
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         check_ranges([(start, length)])
@@ -495,17 +490,7 @@ class HttpStore(WriteRefusingStore):
 
     def mtime(self, key: str) -> float | None:
         headers = self._head(key)
-        stamp = None if headers is None else headers.get("Last-Modified")
-        if stamp is None:
-            return None
-        try:
-            when = email.utils.parsedate_to_datetime(stamp)
-        except (TypeError, ValueError, IndexError):
-            return None  # a server's malformed date is no reason to fail a stat
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = when.timestamp()
-        return seconds if seconds > 0 else None
+        return None if headers is None else _modified(headers)
 
     def list_dir(self, prefix: str) -> Listing:
         return Listing((), ())  # HTTP has no listing; ``listable`` says so
@@ -513,7 +498,177 @@ class HttpStore(WriteRefusingStore):
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
         return iter(())
 
+    # -- versions ----------------------------------------------------------------------
+
+    def cache_identity(self) -> str:
+        """What names this store in a disk cache: the URL shown, and a digest of its
+        query string (which may choose what is served, and may be a secret)."""
+        if not self._query:
+            return self._shown
+        return f"{self._shown}?{hashlib.sha256(self._query.encode()).hexdigest()[:32]}"
+
+    def stat(self, key: str) -> Version | None:
+        """One HEAD. An answer with neither ETag nor Last-Modified names no version:
+        its tag is one no other read will ever match."""
+        headers = self._head(key)
+        if headers is None:
+            return None
+        size = body_length(headers)
+        version = _version(headers, size)
+        if version is not None:
+            return version
+        size = self.size(key) if size is None else size
+        return Version(f"unversioned:{secrets.token_hex(8)}", None, size)
+
+    def fetch(
+        self, key: str, *, limit: int | None = None, unless: Version | None = None
+    ) -> Fetched | None:
+        """One GET, with If-None-Match when ``unless`` is an ETag: 304 is
+        ``UNCHANGED``. Without an ETag the body travels, and the version read is
+        compared with ``unless``."""
+        most = BODY_LIMIT if limit is None else limit
+
+        def read(response: urllib3.BaseHTTPResponse) -> Fetched:
+            if response.status == HTTPStatus.NOT_MODIFIED:
+                return UNCHANGED  # type: ignore[no-any-return]
+            size = body_length(response.headers)
+            return Fetched(self._whole(key, response, most), _version(response.headers, size))
+
+        found = self._request(key, "GET", read, _unless(unless))
+        if found is None or found is UNCHANGED:
+            return found
+        if unless is not None and found.version is not None and found.version == unless:
+            return UNCHANGED  # type: ignore[no-any-return]
+        return found
+
+    def _whole(self, key: str, response: urllib3.BaseHTTPResponse, most: int) -> bytes:
+        """The body of a 200 answer, at most ``most`` bytes (refused from the headers
+        where they say more)."""
+        if response.status != HTTPStatus.OK:
+            self._unexpected(key, response, "unexpected answer")
+        size = body_length(response.headers)
+        if size is not None and size > most:
+            raise InvalidValueError(f"reading {key!r}: {size} bytes, more than {most}")
+        data = b"".join(pieces(response, most + 1 if size is None else size))
+        if size is not None and len(data) != size:
+            raise Passing(f"{len(data)} of {size} bytes before the connection ended")
+        if len(data) > most:
+            raise InvalidValueError(f"reading {key!r}: more than {most} bytes")
+        return data
+
+    def fetch_ranges(
+        self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
+    ) -> tuple[list[bytes], Version | None] | None:
+        """One GET per range (If-None-Match on the first, where ``unless`` is an
+        ETag); ranges that need the size first take it from a HEAD. Answers of
+        different versions (the value replaced meanwhile) are read again."""
+        check_ranges(ranges)
+        for _ in range(TRIES):
+            found = self._versioned_ranges(key, ranges, unless)
+            if found is not _CHANGED:
+                return found  # type: ignore[no-any-return]
+        self._fail("reading", key, "the value kept changing")
+
+    def _versioned_ranges(
+        self, key: str, ranges: list[tuple[int, int]], unless: Version | None
+    ) -> object:
+        plain = [length > 0 and start >= -length for start, length in ranges]
+        seen: Version | None = None
+        if not all(plain):  # a window that needs the size first
+            stated = self.stat(key)
+            if stated is None:
+                return None
+            if unless is not None and stated == unless:
+                return UNCHANGED
+            seen = stated
+        out = []
+        for (start, length), simple in zip(ranges, plain, strict=True):
+            if not simple:
+                assert seen is not None and seen.size is not None
+                offset, count = resolve_range(start, length, seen.size)
+                start, length = offset, count
+                if count == 0:
+                    out.append(b"")
+                    continue
+            found = self._range_version(key, start, length, unless if not out else None)
+            if found is None or found is UNCHANGED:
+                return found
+            data, version = found
+            if seen is not None and version != seen:
+                return _CHANGED
+            seen = version
+            out.append(data)
+        if unless is not None and seen is not None and seen == unless:
+            return UNCHANGED
+        return out, seen
+
+    def _range_version(
+        self, key: str, start: int, length: int, unless: Version | None
+    ) -> tuple[bytes, Version | None] | None:
+        """One range (``length`` > 0, a suffix covering what is wanted) and the
+        version of the value it was read from."""
+        header = f"bytes={start}-{start + length - 1}" if start >= 0 else f"bytes={start}"
+
+        def read(response: urllib3.BaseHTTPResponse) -> tuple[bytes, Version | None]:
+            status = response.status
+            match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+            total = None
+            if match is not None and match.group(3) != "*":
+                total = int(match.group(3))
+            if status == HTTPStatus.NOT_MODIFIED:
+                return UNCHANGED  # type: ignore[no-any-return]
+            if status == HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE:
+                return b"", _version(response.headers, total)
+            if status == HTTPStatus.PARTIAL_CONTENT:
+                data = self._partial(key, response, start, length)
+                return data, _version(response.headers, total)
+            if status == HTTPStatus.OK:
+                version = _version(response.headers, body_length(response.headers))
+                return self._window(key, response, start, length), version
+            self._unexpected(key, response, "unexpected answer to a range request")
+
+        return self._request(key, "GET", read, {"Range": header, **_unless(unless)})
+
     # -- writing: refused (WriteRefusingStore) ----------------------------------------
 
     def refusal(self) -> str:
         return f"{self._shown} is served over HTTP: read-only"
+
+
+_CHANGED = object()  # ranges of one request came from different versions
+
+
+def _unless(version: Version | None) -> dict[str, str]:
+    """If-None-Match for a version that is an ETag (one made of a date and a size
+    is compared after the answer instead)."""
+    if version is None or not version.tag.startswith(('"', 'W/"')):
+        return {}
+    return {"If-None-Match": version.tag}
+
+
+def _modified(headers: urllib3.HTTPHeaderDict) -> float | None:
+    """Last-Modified in seconds; None when absent or malformed (a server's bad date
+    is no reason to fail a stat)."""
+    stamp = headers.get("Last-Modified")
+    if stamp is None:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(stamp)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    seconds = when.timestamp()
+    return seconds if seconds > 0 else None
+
+
+def _version(headers: urllib3.HTTPHeaderDict, size: int | None) -> Version | None:
+    """The version an answer names: its ETag, else its Last-Modified with the
+    value's ``size``; None when it names neither."""
+    etag = headers.get("ETag", "").strip()
+    modified = _modified(headers)
+    if etag and etag.isascii() and len(etag) <= 256:
+        return Version(etag, modified, size)
+    if modified is not None and size is not None:
+        return Version(f"modified:{modified!r}:{size}", modified, size)
+    return None

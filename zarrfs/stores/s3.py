@@ -37,7 +37,15 @@ from obstore.store import S3Store as _Bucket
 
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import s3_config as config
-from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
+from zarrfs.stores.base import (
+    UNCHANGED,
+    Fetched,
+    Listing,
+    Store,
+    Version,
+    check_ranges,
+    resolve_range,
+)
 from zarrfs.stores.s3_errors import code_of, failure, no_bucket, statuses_of
 from zarrfs.stores.s3_lease import LEASE_KEY, LeaseIO, LocalLock, WriterLease, lease_io
 from zarrfs.stores.s3_versions import DELETED, UNKNOWN, Doubt, Versions, digest_of, plain_etag
@@ -486,6 +494,104 @@ class S3Store(Store):
                 raise
             raise StoreError(f"{action} {self._where(key)}: the S3 client failed") from None
 
+    # -- versions ----------------------------------------------------------------------
+
+    def cache_identity(self) -> str:
+        """What names this store in a disk cache: the endpoint and the URL (one bucket
+        name may be two buckets on two servers)."""
+        return f"{self._endpoint or 'aws'} {self._url}"
+
+    def stat(self, key: str) -> Version | None:
+        """One HEAD: the ETag, last modification and size."""
+        meta = self._head(key, _path(key))
+        return None if meta is None else _version(meta)
+
+    def fetch(
+        self, key: str, *, limit: int | None = None, unless: Version | None = None
+    ) -> Fetched | None:
+        """One GET, with If-None-Match when ``unless`` names a version (a 304 is
+        ``UNCHANGED``: no body travels); the size is checked against ``limit`` from
+        the headers, before any of the body is read."""
+        path = _path(key)
+        if not path:
+            return None
+        since = self._versions.now()
+        options: Any = {} if unless is None else {"if_none_match": unless.tag}
+        result = self._call("reading", key, _get_unless, self._bucket, path, options)
+        if result is _MISSING:
+            self._versions.seen(path, None, since)
+            return None
+        if result is _NOT_MODIFIED:
+            return UNCHANGED
+        self._versions.seen(path, result.meta["e_tag"], since)
+        version = _version(result.meta)
+        if limit is not None and result.meta["size"] > limit:
+            del result  # (see get_buffer: the body is never read)
+            raise InvalidValueError(
+                f"reading {self._where(key)}: {version.size} bytes, more than the limit of {limit}"
+            )
+        return Fetched(memoryview(self._call("reading", key, result.bytes)), version)
+
+    def fetch_ranges(
+        self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
+    ) -> tuple[list[bytes], Version | None] | None:
+        """One ranged GET for one plain range (If-None-Match with ``unless``);
+        otherwise a HEAD for the version and size, then one GET per range, each
+        If-Match that version, so that every range is of one and the same value
+        (the object changing meanwhile: all again, a few times at most)."""
+        check_ranges(ranges)
+        path = _path(key)
+        if not path:
+            return None
+        if len(ranges) == 1 and ranges[0][1] > 0 and ranges[0][0] >= -ranges[0][1]:
+            start, length = ranges[0]
+            bounds: Any = (start, start + length) if start >= 0 else {"suffix": -start}
+            options: Any = {"range": bounds}
+            if unless is not None:
+                options["if_none_match"] = unless.tag
+            found = self._call(
+                "reading", key, _get_unless, self._bucket, path, options, ranged=True
+            )
+            if found is _MISSING:
+                return None
+            if found is _NOT_MODIFIED:
+                return UNCHANGED  # type: ignore[no-any-return]
+            if found is not _UNSATISFIABLE:
+                self._versions.seen(path, found.meta["e_tag"], self._versions.now())
+                data = bytes(self._call("reading", key, found.bytes))
+                return [data], _version(found.meta)
+        for _ in range(_RESOLUTIONS):
+            meta = self._head(key, path)
+            if meta is None:
+                return None
+            version = _version(meta)
+            if unless is not None and unless.tag == version.tag:
+                return UNCHANGED  # type: ignore[no-any-return]
+            values = self._spans_of(key, path, ranges, version)
+            if values is not None:
+                return values, version
+        raise StoreError(f"reading {self._where(key)}: the object kept changing")
+
+    def _spans_of(
+        self, key: str, path: str, ranges: list[tuple[int, int]], version: Version
+    ) -> list[bytes] | None:
+        """The ranges of the object at ``version`` (None: it is at another now)."""
+        assert version.size is not None
+        out = []
+        for start, length in ranges:
+            offset, count = resolve_range(start, length, version.size)
+            if count == 0:
+                out.append(b"")
+                continue
+            options = {"range": (offset, offset + count), "if_match": version.tag}
+            found = self._call(
+                "reading", key, _get_unless, self._bucket, path, options, conditional=True
+            )
+            if found is _CONFLICT:
+                return None
+            out.append(bytes(self._call("reading", key, found.bytes)))
+        return out
+
 
 def _ranged_get(bucket: _Bucket, path: str, bounds: Any) -> tuple[bytes, Any]:
     result = obstore.get(bucket, path, options={"range": bounds})
@@ -506,3 +612,24 @@ def _value_path(key: str) -> str:
     if path := _path(key):
         return path
     raise StoreError(f"invalid key {key!r}", errno.EINVAL)
+
+
+# An obstore GET answered 304 Not Modified (If-None-Match named its ETag).
+_NOT_MODIFIED = object()
+
+
+def _get_unless(bucket: _Bucket, path: str, options: Any) -> Any:
+    """``obstore.get`` with ``options``; ``_NOT_MODIFIED`` for a 304."""
+    try:
+        return obstore.get(bucket, path, options=options)
+    except _errors.NotModifiedError:
+        return _NOT_MODIFIED
+
+
+def _version(meta: Any) -> Version:
+    modified = meta.get("last_modified")
+    return Version(
+        str(meta["e_tag"]),
+        None if modified is None else modified.timestamp(),
+        int(meta["size"]),
+    )

@@ -31,6 +31,7 @@ from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import InvalidArgumentError, ReadOnlyError
 from zarrfs.stores.base import Store
+from zarrfs.stores.diskcache import DiskCacheStore
 from zarrfs.views.base import View
 
 CONTROL_NAME = ".zarrfs"
@@ -70,6 +71,8 @@ def snapshot(
         # Stores are failing now: background flushes back off, and past the write
         # cache's budget writes are refused (until a store succeeds again).
         "store_failing": writeback is not None and writeback.failure is not None,
+        # --disk-cache: hits, misses, revalidations, bytes (stores/diskcache.py)
+        **({"disk_cache": store.counters()} if isinstance(store, DiskCacheStore) else {}),
     }
 
 
