@@ -38,13 +38,15 @@ class MountOptions:
     readahead: int = 2**20  # the mount's kernel read-ahead; 0 leaves the default
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
-    anonymous: bool = False  # S3: unsigned requests, for public buckets
+    # Where the store is and how it is reached (S3: --anonymous, --endpoint-url,
+    # --region, --profile), passed to open_store as they are.
+    store: StoreOptions = field(default_factory=StoreOptions)
 
 
 def _checked_store(location: str, options: MountOptions) -> Store:
     """The store, opened and checked; a read-only kind of store (a .zip archive,
     HTTP) makes the mount read-only, said in one line."""
-    store = open_store(location, StoreOptions(anonymous=options.anonymous))
+    store = open_store(location, options.store)
     if store.read_only and not options.read_only:
         log.warning("%s is read-only: mounting it read-only", store.describe())
         options.read_only = True
