@@ -277,11 +277,10 @@ class _Profile:
         return value.strip() if isinstance(value, str) else ""
 
     def credentials(self) -> Any:
-        """A credential provider of the profile (read through boto3), or None where
-        it has none: obstore's own chain then (web identity, ECS, EC2 instance
-        metadata)."""
+        """A credential provider of the profile, or None where it has none: obstore's
+        own chain then (web identity, ECS, EC2 instance metadata). Made of botocore's
+        session, so that it brings no region of its own into the store's config."""
         try:
-            import boto3
             import botocore.exceptions
             from obstore.auth.boto3 import Boto3CredentialProvider
         except ImportError:
@@ -289,10 +288,9 @@ class _Profile:
                 f"{self._url}: AWS profiles need boto3 (pip install boto3)", errno.EINVAL
             ) from None
         try:
-            session = boto3.Session(botocore_session=self._session)
-            if session.get_credentials() is None:
+            if self._session.get_credentials() is None:  # kept by the session
                 return None
-            return Boto3CredentialProvider(session)
+            return Boto3CredentialProvider(self._session)
         except botocore.exceptions.BotoCoreError as e:
             # botocore's messages name files and profiles, never key material.
             raise StoreError(f"{self._url}: AWS profile: {scrub(e)}", errno.EACCES) from None
