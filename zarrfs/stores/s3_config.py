@@ -121,11 +121,13 @@ def scrub(e: Exception) -> str:
 
 def quiet_libraries() -> None:
     """No DEBUG record of boto3 or botocore reaches zarrfs's log (``--log-level
-    debug`` included): botocore logs signatures, and answers holding credentials."""
+    debug`` included): botocore logs signatures, and answers holding credentials.
+    Nor INFO ("Found credentials in shared credentials file"): a failed mount says
+    one line, and where the settings came from is zarrfs's own DEBUG record."""
     for name in QUIETED:
         logger = logging.getLogger(name)
-        if logger.getEffectiveLevel() < logging.INFO or logger.level < logging.INFO:
-            logger.setLevel(logging.INFO)
+        if logger.getEffectiveLevel() < logging.WARNING or logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
