@@ -161,3 +161,7 @@ def test_s3_settings_on_another_store_are_refused(tmp_path: Path, given: str) ->
     with pytest.raises(StoreOpenError, match=r"the store is an HTTP URL$") as refused:
         open_store("http://u:pw@127.0.0.1:1/x?token=t", options)
     assert "pw" not in str(refused.value) and "token" not in str(refused.value)
+
+
+def test_anonymous_is_ignored_by_other_stores(tmp_path: Path) -> None:
+    assert open_store(str(tmp_path), StoreOptions(anonymous=True)).describe()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -269,12 +270,15 @@ def test_an_fstab_line_configured_by_a_profile(setup: Setup, mnt: Path, tmp_path
     fstab = tmp_path / "fstab"
     line = f"{setup.url} {mnt} fuse.zarrfs ro,_netdev,profile=lab,log_file={log} 0 0"
     fstab.write_text(f"# zarrfs test: never /etc/fstab\n{line}\n")
-    env = mount_env(setup, config=True)
+    env = {**mount_env(setup, config=True), "HOME": str(tmp_path)}
     result = run(["mount", "-a", "-T", str(fstab)], env)
     with daemon_of(mnt) as pid:
         assert result.returncode == 0, result.stdout + result.stderr
         assert pid is not None
         assert_mounted_store(setup, mnt)
+        # mount(8) gave the helper HOME as root's, whatever its caller had
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"HOME={pwd.getpwuid(os.getuid()).pw_dir}".encode() in environ
         again = run(["mount", "-a", "-T", str(fstab)], env)  # seen mounted: left alone
         assert again.returncode == 0, again.stderr
         assert len(entries(mnt)) == 1 and alive(pid)

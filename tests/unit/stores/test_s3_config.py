@@ -7,6 +7,7 @@ the user's is read."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import pwd
 from pathlib import Path
@@ -215,8 +216,26 @@ def test_no_aws_files_and_no_profile_reads_nothing(
     aws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "nowhere"))
+
+    def load(url: str, name: str) -> None:
+        raise AssertionError("a profile was read")
+
+    monkeypatch.setattr(s3_config._Profile, "load", load)  # nor botocore imported
     resolved = resolve(URL, Settings())
     assert (resolved.endpoint, resolved.region, resolved.provider) == ("", "", None)
+
+
+def test_where_the_settings_came_from_is_logged_at_debug(
+    aws: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("AWS_REGION", "env-region")
+    with caplog.at_level(logging.DEBUG, logger="zarrfs"):
+        S3Store(URL, profile="lab")
+    assert (
+        "s3://bucket/prefix: endpoint http://lab.example:9000 (profile 'lab'), "
+        "region env-region (AWS_REGION)"
+    ) in caplog.messages
+    assert not any("lab-secret" in m or "AKIALAB" in m for m in caplog.messages)
 
 
 @pytest.mark.parametrize(
