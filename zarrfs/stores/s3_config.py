@@ -149,7 +149,7 @@ class Resolved:
     endpoint: str  # "" for AWS itself
     scheme: str  # of the endpoint: "http", "https" or ""
     region: str  # "" where nothing says (obstore's default, us-east-1)
-    provider: Any  # credentials read through boto3, or None: obstore's own chain
+    provider: Any  # the profile's credentials (botocore's), or None: obstore's own chain
     origins: tuple[str, ...]  # where the endpoint and region came from, for the log
 
     def store_config(self) -> dict[str, Any]:
@@ -198,7 +198,7 @@ def resolve(url: str, settings: Settings) -> Resolved:
 
 def _wants_profile(settings: Settings) -> bool:
     """A profile is read where one is named or an AWS file exists; without them
-    boto3 (slow to import) is left alone."""
+    botocore (slow to import) is left alone."""
     if settings.profile or env(*PROFILE_VARIABLES):
         return True
     return any(f.is_file() for f in aws_files())
