@@ -18,9 +18,13 @@ import click
 
 from zarrfs.commands.mountopts import (
     check_cache_size,
+    check_endpoint_url,
     check_flush_interval,
     check_metadata_ttl,
+    check_profile,
     check_readahead,
+    check_region,
+    fuse_escape,
     public_location,
 )
 from zarrfs.commands.output import fail
@@ -29,7 +33,7 @@ from zarrfs.daemon.build import MountOptions, prepare_mount
 from zarrfs.daemon.detach import serve_detached, serve_foreground
 from zarrfs.daemon.logs import setup_logging
 from zarrfs.errors import ZarrfsError
-from zarrfs.stores.location import is_remote
+from zarrfs.stores.location import StoreOptions, is_remote, kind
 
 # A mount re-run without its store URL's secrets in its command line reads the URL
 # from the descriptor this variable names.
@@ -160,6 +164,25 @@ def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> s
     callback=check_disk_cache_size,
     help="The bound of --disk-cache (1M or more): past it the least recently used go.",
 )
+@click.option(
+    "--endpoint-url",
+    default=None,
+    callback=check_endpoint_url,
+    help="S3: the server, http(s)://host[:port] (over AWS_ENDPOINT_URL and the profile's).",
+)
+@click.option(
+    "--region",
+    default=None,
+    callback=check_region,
+    help="S3: the region (over AWS_REGION and the profile's).",
+)
+@click.option(
+    "--profile",
+    default=None,
+    callback=check_profile,
+    help="S3: the profile of ~/.aws/config and ~/.aws/credentials (over AWS_PROFILE); "
+    "its credentials win over AWS_ACCESS_KEY_ID.",
+)
 @click.option("--log-level", default="info", show_default=True, callback=check_log_level)
 @click.option("--log-file", default=None, help="Log here instead of stderr/syslog.")
 def mount_command(
@@ -178,14 +201,18 @@ def mount_command(
     anonymous: bool,
     disk_cache: str | None,
     disk_cache_size: int,
+    endpoint_url: str,
+    region: str,
+    profile: str,
     log_level: str,
     log_file: str | None,
 ) -> None:
     """Mount the Zarr STORE on MOUNTPOINT, read-only unless --rw is given.
 
     STORE is a directory, a .zip archive (read-only), an http:// or https:// URL
-    (read-only) or s3://bucket/prefix (configured as AWS tools are: AWS_* variables,
-    ~/.aws files).
+    (read-only) or s3://bucket/prefix (configured as AWS tools are: these options,
+    then AWS_* variables, then the ~/.aws files' profile). Credentials are never
+    options: they go in ~/.aws/credentials or the environment.
     """
     if rw and read_only:
         raise click.UsageError(
@@ -193,6 +220,9 @@ def mount_command(
             click.get_current_context(),
         )
     store = _hide_secrets(store)
+    fuse_options = [o for opt in fuse_opts for o in opt.split(",") if o]
+    if not any(option.startswith("fsname=") for option in fuse_options):
+        fuse_options.append(f"fsname={fuse_escape(mount_source(store))}")
     options = MountOptions(
         read_only=not rw,
         default_read_only=not (rw or read_only),
@@ -201,8 +231,8 @@ def mount_command(
         flush_interval=flush_interval,
         consolidated=not no_consolidated,
         readahead=readahead,
-        fuse_options=[o for opt in fuse_opts for o in opt.split(",") if o],
-        anonymous=anonymous,
+        fuse_options=fuse_options,
+        store=StoreOptions(anonymous, endpoint_url, region, profile),
         metadata_ttl=metadata_ttl,
         disk_cache=None if disk_cache is None else os.path.abspath(disk_cache),
         disk_cache_size=disk_cache_size,
@@ -219,6 +249,15 @@ def mount_command(
         _serve(store, mountpoint, options, foreground, log_level, log_file)
     except ZarrfsError as e:
         fail(str(e))
+
+
+def mount_source(store: str) -> str:
+    """The mount's source in /proc/mounts and ``findmnt`` (FUSE's fsname): a URL
+    without its secrets (every user reads /proc/mounts), a path made absolute. (The
+    form mount(8) runs names the store as the fstab line does: mountopts.py.)"""
+    if kind(store) in ("s3", "http"):
+        return public_location(store)
+    return os.path.abspath(store)
 
 
 def _say(text: str) -> None:

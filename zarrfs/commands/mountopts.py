@@ -84,6 +84,16 @@ REFUSED = {
     "subtype": "zarrfs sets it (fuse.zarrfs is how zarrfs umount knows its mounts)",
 }
 
+# Names of credentials (aws_secret_access_key, secret_key, session_token, passwd_file,
+# ...): no option carries one, since every user can read /proc/mounts and command
+# lines. Refused by name, whatever the value, saying where credentials go.
+CREDENTIAL = re.compile(r"secret|token|passw|credential|access_key|(^|_)key(_|$)", re.IGNORECASE)
+WHERE_CREDENTIALS_GO = (
+    "credentials never go in mount options (every user can read /proc/mounts): put "
+    "them in the profile's ~/.aws/credentials (profile=NAME) or in the daemon's "
+    "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+)
+
 # The options libfuse 3.14 accepts (lib/mount.c, lib/fuse_lowlevel.c), but ``ro`` and
 # ``rw``, which are zarrfs's own, and ``subtype``: flags, and options taking a value,
 # with whether the value must be a number. libfuse refuses anything else, and only
@@ -203,6 +213,8 @@ def translate(options: Iterable[str], own: Mapping[str, OwnOption]) -> Translate
             access = "--rw" if option == "rw" else "--read-only"
         elif name in REFUSED:
             raise MountOptionError(f"mount option {name!r} is not accepted: {REFUSED[name]}")
+        elif CREDENTIAL.search(name) and name not in own and not is_generic(option):
+            raise MountOptionError(f"mount option {name!r} is not accepted: {WHERE_CREDENTIALS_GO}")
         elif name in own:
             wanted = own[name]
             if wanted.takes_value and not (has_value and value):
@@ -369,6 +381,43 @@ def check_readahead(ctx: click.Context, param: click.Parameter, value: str) -> i
         low, high = (format_size(n) for n in (MIN_READAHEAD, MAX_READAHEAD))
         raise click.BadParameter(f"{value!r} is not 0 nor between {low} and {high}")
     return nbytes
+
+
+def check_endpoint_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """An ``http(s)://host[:port][/path]`` URL, without user info or a query string:
+    an option is seen by every user (``ps``, /proc/mounts), a credential never is."""
+    if not value:
+        return ""
+    parts = urllib.parse.urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        raise click.BadParameter(f"{value!r} has no valid port") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{public_location(value)!r} is no http:// or https:// URL")
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        raise click.BadParameter(
+            f"{public_location(value)!r}: an endpoint URL carries no user info nor query "
+            f"string: {WHERE_CREDENTIALS_GO}"
+        )
+    return value
+
+
+_REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_PROFILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+:/-]{0,127}")
+
+
+def check_region(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """A region name (``us-east-1``; S3-compatible servers name theirs freely)."""
+    if value and not _REGION.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is no region name (letters, digits, '-', '.', '_')")
+    return value or ""
+
+
+def check_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    if value and not _PROFILE.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is no AWS profile name")
+    return value or ""
 
 
 def check_flush_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:

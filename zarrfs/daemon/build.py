@@ -41,7 +41,9 @@ class MountOptions:
     readahead: int = 2**20  # the mount's kernel read-ahead; 0 leaves the default
     fuse_options: list[str] = field(default_factory=list)
     debug_fuse: bool = False
-    anonymous: bool = False  # S3: unsigned requests, for public buckets
+    # Where the store is and how it is reached (S3: --anonymous, --endpoint-url,
+    # --region, --profile), passed to open_store as they are.
+    store: StoreOptions = field(default_factory=StoreOptions)
     # Seconds what the mount knows of the store is served unchecked (close-to-open).
     metadata_ttl: float = DEFAULT_TTL
     disk_cache: str | None = None  # a remote store's values kept in this directory
@@ -51,7 +53,7 @@ class MountOptions:
 def _checked_store(location: str, options: MountOptions) -> Store:
     """The store, opened and checked; a read-only kind of store (a .zip archive,
     HTTP) makes the mount read-only, said in one line."""
-    store = _cached(open_store(location, StoreOptions(anonymous=options.anonymous)), options)
+    store = _cached(open_store(location, options.store), options)
     if store.read_only and not options.read_only:
         log.warning("%s is read-only: mounting it read-only", store.describe())
         options.read_only = True

@@ -100,6 +100,31 @@ def _budget() -> float:
     return value if 0 < value < 3600 else RETRY_BUDGET
 
 
+def _reason(e: BaseException) -> str:
+    """``reason(e)``, naming the server that could not be reached or did not answer in
+    time: after a redirect it is not the root URL's."""
+    text = reason(e)
+    peer = _peer(e)
+    if peer and text.startswith("cannot connect"):
+        return text.replace("cannot connect", f"cannot connect to {peer}", 1)
+    if peer and text == "timed out":
+        return f"timed out waiting for {peer}"
+    return text
+
+
+def _peer(e: BaseException) -> str:
+    """"host:port" of the connection (or pool) urllib3's error names, "" if none:
+    urllib3 keeps the host apart from user info and query string."""
+    conn = getattr(e, "conn", None) or getattr(e, "pool", None)
+    if conn is None and e.args and hasattr(e.args[0], "host"):
+        conn = e.args[0]  # ConnectTimeoutError(connection, message)
+    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+    if not isinstance(host, str) or not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if isinstance(port, int) else host
+
+
 class HttpStore(WriteRefusingStore):
     read_only = True
     remote = True
@@ -169,7 +194,7 @@ class HttpStore(WriteRefusingStore):
                 )
                 finish(response, True)
         except HTTPError as e:
-            why = "timed out" if exchange.expired else reason(e)
+            why = "timed out" if exchange.expired else _reason(e)
             raise StoreError(f"cannot reach {self._shown}: {why}") from None
         if exchange.expired:  # an answer cut short by the deadline is none
             raise StoreError(f"cannot reach {self._shown}: timed out")
@@ -228,10 +253,10 @@ class HttpStore(WriteRefusingStore):
                 # What was read may have ended where the watchdog cut it.
                 failure = self._late()
             except RETRIED as e:
-                failure = self._late() if exchange.expired else reason(e)
+                failure = self._late() if exchange.expired else _reason(e)
             except HTTPError as e:
                 if not exchange.expired:
-                    self._fail(action, key, reason(e))
+                    self._fail(action, key, _reason(e))
                 failure = self._late()
             # Exponential backoff with full jitter, so that the many fetches of one
             # read that failed together do not come back together.

@@ -3,7 +3,7 @@
     /data/x.zarr           a directory (DirectoryStore)
     /data/x.zip            a .zip archive in zarr-python's ZipStore layout (read-only)
     http(s)://host/x.zarr  a store served over HTTP (read-only, not listable)
-    s3://bucket/prefix     S3 or an S3-compatible server (AWS_* configuration)
+    s3://bucket/prefix     S3 or an S3-compatible server (options, AWS_*, ~/.aws)
 
 Remote stores are opened lazily by the caller that will use them: their clients
 run threads of their own, which a fork (the detaching daemon) would not keep.
@@ -28,7 +28,22 @@ class StoreOpenError(ZarrfsError):
 
 @dataclass(frozen=True)
 class StoreOptions:
+    """What the command line says of the store; S3's settings win over the
+    environment and the AWS config files ("": not said)."""
+
     anonymous: bool = False  # S3: unsigned requests (public buckets)
+    endpoint_url: str = ""  # S3: the server (an S3-compatible one), http(s)://host[:port]
+    region: str = ""  # S3
+    profile: str = ""  # S3: the profile of ~/.aws/config and ~/.aws/credentials
+
+    def s3_only(self) -> list[str]:
+        """The options given that only an S3 store takes, as ``--name``."""
+        given = [
+            ("endpoint-url", self.endpoint_url),
+            ("region", self.region),
+            ("profile", self.profile),
+        ]
+        return [f"--{name}" for name, value in given if value]
 
 
 def kind(location: str) -> str:
@@ -52,10 +67,25 @@ def open_store(location: str, options: StoreOptions | None = None) -> Store:
     otherwise."""
     options = options or StoreOptions()
     form = kind(location)
+    if form != "s3" and options.s3_only():
+        # Said at once: an option that does nothing would hide a mistyped STORE. The
+        # location is not quoted: an HTTP URL may carry a token.
+        named = " and ".join(options.s3_only())
+        what = {"http": "an HTTP URL", "zip": "a .zip archive"}.get(form, "a directory")
+        raise StoreOpenError(f"{named}: for s3:// stores only, and the store is {what}")
     if form == "s3":
         from zarrfs.stores.s3 import S3Store
 
-        store: Store = _opened(lambda: S3Store(location, anonymous=options.anonymous), location)
+        def s3() -> Store:
+            return S3Store(
+                location,
+                anonymous=options.anonymous,
+                endpoint_url=options.endpoint_url,
+                region=options.region,
+                profile=options.profile,
+            )
+
+        store: Store = _opened(s3, location)
     elif form == "http":
         from zarrfs.stores.http import HttpStore
 

@@ -72,31 +72,40 @@ class S3Store(Store):
     remote = True
     listable = True
 
-    def __init__(self, url: str, *, anonymous: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        anonymous: bool = False,
+        endpoint_url: str = "",
+        region: str = "",
+        profile: str = "",
+    ) -> None:
         """``url`` is "s3://bucket" or "s3://bucket/prefix"; ``anonymous`` sends
-        unsigned requests (public buckets) and reads no credentials at all.
+        unsigned requests (public buckets) and reads no credentials at all;
+        ``endpoint_url``, ``region`` and ``profile`` win over the environment and
+        the AWS config files (s3_config.resolve).
 
         Nothing is fetched here (``check`` asks the bucket); a bad URL, endpoint
         or AWS profile raises StoreError with errno EINVAL."""
         self.bucket, self.prefix = config.parse_url(url)
         self._url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        settings: dict[str, Any] = {}
-        provider = None
+        wanted = config.Settings(endpoint_url, region, profile, anonymous)
+        resolved = config.resolve(self._url, wanted)
+        if resolved.origins:
+            log.debug("%s: %s", self._url, ", ".join(resolved.origins))
+        settings: dict[str, Any] = resolved.store_config()
         if anonymous:
             settings["skip_signature"] = True
-        else:
-            provider, region = config.profile_credentials(self._url)
-            if region and not config.env("AWS_REGION", "AWS_DEFAULT_REGION"):
-                settings["region"] = region
-        self._endpoint, scheme = config.endpoint(self._url)
+        self._endpoint = resolved.endpoint
         try:
             self._bucket = _Bucket(
                 self.bucket,
                 prefix=self.prefix or None,
                 config=settings,  # type: ignore[arg-type]
-                client_options=config.client_options(scheme),
+                client_options=config.client_options(resolved.scheme),
                 retry_config=config.RETRY,
-                credential_provider=provider,
+                credential_provider=resolved.provider,
             )
         except Exception as e:
             raise StoreError(f"{self._url}: {config.scrub(e)}", errno.EINVAL) from None

@@ -23,6 +23,12 @@ _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>(\w{1,64})</Code>")
 _RETRIES = re.compile(r"after (\d+) retries")
 _KIND = re.compile(r"\bkind: (\w{1,32})")
+# The server a request went to, from the URL obstore names ("GET http://h:9/b?..."):
+# its host and port only. Never more: the rest of a URL may be a presigned query.
+_HOST = re.compile(
+    r"\b(?:GET|PUT|HEAD|POST|DELETE) https?://(?:[^/@\s]*@)?"
+    r"([A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(:\d{1,5})?[/?\s,)]"
+)
 # Where obstore fetches credentials when none are configured (EC2, ECS).
 _METADATA = re.compile(r"169\.254\.169\.254|169\.254\.170\.2|fd00:ec2::254|/latest/api/token")
 
@@ -31,6 +37,13 @@ def code_of(e: Exception) -> str | None:
     """The S3 error code in an error's text ("NoSuchBucket"), if any."""
     found = _CODE.search(str(e))
     return found.group(1) if found else None
+
+
+def host_of(e: Exception) -> str:
+    """"host:port" of the server a failed request went to, "the S3 server" where the
+    error does not say."""
+    found = _HOST.search(str(e))
+    return "".join(part or "" for part in found.groups()) if found else "the S3 server"
 
 
 def statuses_of(e: Exception) -> list[str]:
@@ -64,8 +77,11 @@ def failure(action: str, where: str, bucket: str, e: Exception) -> StoreError:
         if code == "PermanentRedirect":
             reason += ": the bucket is in another region (set AWS_REGION)"
     elif kind := _KIND.search(text):
-        names = {"Connect": "cannot connect", "Timeout": "timed out"}
-        reason = names.get(kind.group(1), f"network error ({kind.group(1)})")
+        # Named: behind a wrong endpoint (or none where one was meant) is the usual
+        # cause, and the host says which.
+        host = host_of(e)
+        names = {"Connect": f"cannot connect to {host}", "Timeout": f"timed out waiting for {host}"}
+        reason = names.get(kind.group(1), f"network error ({kind.group(1)}) with {host}")
     else:
         reason = type(e).__name__
     denied = (_errors.PermissionDeniedError, _errors.UnauthenticatedError)
