@@ -16,6 +16,11 @@ request that timed out and reaches the server late cannot replace newer data; a
 (EIO: never overwritten). See s3_versions.py. A read-write mount holds the
 prefix's writer lease (s3_lease.py). DELETE cannot be conditional in obstore.
 
+Every value PUT carries its CRC-32C as user metadata, and obstore sends a SHA-256
+of the body that S3 verifies before storing it; a whole GET of an object that
+carries the CRC-32C checks it (checksums.py). A ranged GET cannot: the checksum is
+of the whole object.
+
 No message raised here carries text of the server's or of obstore's: the body of
 a signature error can echo the access key and the session token, so errors are
 rebuilt from their HTTP status, S3 error code and kind alone.
@@ -36,6 +41,7 @@ from obstore import exceptions as _errors
 from obstore.store import S3Store as _Bucket
 
 from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.stores import checksums
 from zarrfs.stores import s3_config as config
 from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
 from zarrfs.stores.s3_errors import code_of, failure, no_bucket, statuses_of
@@ -72,7 +78,7 @@ class S3Store(Store):
         or AWS profile raises StoreError with errno EINVAL."""
         self.bucket, self.prefix = config.parse_url(url)
         self._url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        settings: dict[str, Any] = {}
+        settings: dict[str, Any] = checksums.upload_settings(os.environ)
         provider = None
         if anonymous:
             settings["skip_signature"] = True
@@ -125,8 +131,29 @@ class S3Store(Store):
 
     def get_buffer(self, key: str, *, limit: int | None = None) -> memoryview | None:
         """``get`` without the copy into ``bytes``: a read-only view of the body as
-        obstore received it."""
+        obstore received it.
+
+        An object that carries the CRC-32C this store sends with every PUT
+        (checksums.py) is checked against it: a body that does not match is read
+        again once (a byte changed on the way), then a StoreError (EIO) naming the
+        key. An object without it (written by another tool) is not checked."""
         path = _path(key)
+        found = self._get_once(key, path, limit)
+        if found is None or found[1] is None or found[1].matches(found[0]):
+            return None if found is None else found[0]
+        expected = found[1]
+        del found  # the first body: not kept while the second is read
+        again = self._get_once(key, path, limit)
+        if again is not None and (again[1] is None or again[1].matches(again[0])):
+            log.warning("%s; read again, they did", checksums.mismatch(self._where(key), expected))
+            return again[0]
+        message = checksums.mismatch(self._where(key), expected)
+        raise StoreError(f"{message} (2 tries)", errno.EIO)
+
+    def _get_once(
+        self, key: str, path: str, limit: int | None
+    ) -> tuple[memoryview, checksums.Expected | None] | None:
+        """One GET: the body and the checksum its object carries."""
         since = self._versions.now()
         result = self._call("reading", key, obstore.get, self._bucket, path) if path else None
         if result is None or result is _MISSING:
@@ -142,7 +169,8 @@ class S3Store(Store):
             raise InvalidValueError(
                 f"reading {self._where(key)}: {size} bytes, more than the limit of {limit}"
             )
-        return memoryview(self._call("reading", key, result.bytes))
+        expected = checksums.from_attributes(result.attributes)
+        return memoryview(self._call("reading", key, result.bytes)), expected
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         check_ranges([(start, length)])
@@ -276,12 +304,13 @@ class S3Store(Store):
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         """One PUT: S3 shows readers the old object or the new one, never a mix, and
         a completed PUT is durable (so ``durable`` asks nothing more)."""
-        self._put(key, _value_path(key), value)
+        self._put(key, _value_path(key), value, checksums.put_attributes(value))
 
-    def _put(self, key: str, path: str, value: Any) -> None:
+    def _put(self, key: str, path: str, value: Any, attributes: dict[str, str]) -> None:
         """A single PUT (no multipart upload: an interrupted one would leave parts
         behind; obstore joins a list of parts itself, outside the GIL), conditional
-        on the version last seen. A 412 is resolved by ``_resolve``."""
+        on the version last seen, with the value's checksum in ``attributes``. A
+        412 is resolved by ``_resolve``."""
         self._check_lease(key)
         with self._stripes[hash(path) % _STRIPES]:
             for _ in range(_RESOLUTIONS):
@@ -298,6 +327,7 @@ class S3Store(Store):
                         self._bucket,
                         path,
                         value,
+                        attributes=attributes,
                         mode=mode,
                         use_multipart=False,
                         conditional=True,
@@ -352,18 +382,21 @@ class S3Store(Store):
         digest = hashlib.md5(data, usedforsecurity=False).digest()
         return any(d.digest == digest for d in values)
 
-    def stage(self, key: str, value: bytes | Sequence[bytes]) -> tuple[str, str, Any]:
-        """Nothing is sent before ``commit``: a PUT is already all-or-nothing."""
+    def stage(
+        self, key: str, value: bytes | Sequence[bytes]
+    ) -> tuple[str, str, Any, dict[str, str]]:
+        """Nothing is sent before ``commit``: a PUT is already all-or-nothing. The
+        value's checksum is taken here, in the caller's (encoding) thread."""
         if not isinstance(value, bytes | bytearray | memoryview):
             value = list(value)
-        return key, _value_path(key), value
+        return key, _value_path(key), value, checksums.put_attributes(value)
 
-    def commit(self, staged: list[tuple[str, str, Any]]) -> None:
+    def commit(self, staged: list[tuple[str, str, Any, dict[str, str]]]) -> None:
         """PUT each staged value in order; at the first failure the rest stay unput
         and the StoreError says how many were written."""
-        for done, (key, path, value) in enumerate(staged):
+        for done, (key, path, value, attributes) in enumerate(staged):
             try:
-                self._put(key, path, value)
+                self._put(key, path, value, attributes)
             except StoreError as e:
                 if len(staged) == 1:
                     raise
