@@ -186,10 +186,10 @@ def from_headers(headers: Iterable[tuple[str, str]]) -> Expected | None:
     return next((found[a] for a in _ORDER if a in found), None)
 
 
-def mismatch(where: str, expected: Expected) -> str:
-    """The message of a value that does not match ``expected``: it names the key
-    and the checksum, never the digests or the bytes."""
+def mismatch(expected: Expected) -> str:
+    """Why a value that does not match ``expected`` is refused: it names the
+    checksum, never the digests or the bytes."""
     return (
-        f"reading {where}: the bytes received do not match the value's checksum "
+        "the bytes received do not match the value's checksum "
         f"({expected.algorithm}, {expected.source})"
     )

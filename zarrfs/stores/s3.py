@@ -143,12 +143,12 @@ class S3Store(Store):
             return None if found is None else found[0]
         expected = found[1]
         del found  # the first body: not kept while the second is read
+        reason = f"reading {self._where(key)}: {checksums.mismatch(expected)}"
         again = self._get_once(key, path, limit)
         if again is not None and (again[1] is None or again[1].matches(again[0])):
-            log.warning("%s; read again, they did", checksums.mismatch(self._where(key), expected))
+            log.warning("%s; read again, they did", reason)
             return again[0]
-        message = checksums.mismatch(self._where(key), expected)
-        raise StoreError(f"{message} (2 tries)", errno.EIO)
+        raise StoreError(f"{reason} (2 tries)", errno.EIO)
 
     def _get_once(
         self, key: str, path: str, limit: int | None
