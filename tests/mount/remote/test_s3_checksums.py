@@ -40,14 +40,20 @@ def store(
     fault_proxy: type[FaultProxy],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[str, FaultProxy]]:
-    """Two uncompressed arrays uploaded by boto3; then ``plain`` written again
-    through a read-write mount (its chunks now carry the CRC-32C), ``other`` not.
-    Every request after that goes through the proxy."""
+    """Uncompressed arrays uploaded by boto3; then ``plain`` and ``sharded`` written
+    again through a read-write mount (their objects now carry the CRC-32C), ``other``
+    not. Every request after that goes through the proxy."""
     local = tmp_path / "local"
     group = zarr.open_group(str(local), mode="w")
-    for name in ("plain", "other"):
+    for name in ("plain", "other", "sharded"):
+        shards = (32, 40) if name == "sharded" else None  # 2 inner chunks, a 36-byte index
         array = group.create_array(
-            name, shape=PLAIN.shape, chunks=(16, 40), dtype="<f4", compressors=None
+            name,
+            shape=PLAIN.shape,
+            chunks=(16, 40),
+            shards=shards,
+            dtype="<f4",
+            compressors=None,
         )
         array[...] = PLAIN - 1
     upload(s3_bucket, local, "s.zarr")
@@ -57,6 +63,7 @@ def store(
     url = f"s3://{s3_bucket.name}/s.zarr"
     with mounted(url) as m:
         (m.path / "plain" / "array.raw").write_bytes(PLAIN.tobytes())
+        (m.path / "sharded" / "array.raw").write_bytes(PLAIN.tobytes())
     yield url, proxy
 
 
@@ -103,3 +110,23 @@ def test_chunks_another_tool_wrote_are_not_checked(store: tuple[str, FaultProxy]
     result = run_cli("check", url, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert os.environ["AWS_ENDPOINT_URL"] == proxy.url.rstrip("/")
+
+
+def test_a_shard_is_read_by_ranges_its_index_checked_by_its_own_crc32c(
+    store: tuple[str, FaultProxy],
+) -> None:
+    """The CRC-32C of a shard object cannot check the ranges read of it: a changed
+    byte of its index is caught by the index's ``crc32c`` codec (zarr-python's
+    default), one of an uncompressed inner chunk by nothing."""
+    url, proxy = store
+    proxy.flip("sharded/c/0/0", times=None, at=0)  # the index's first byte too
+    with mounted(url, "--read-only") as m:
+        with pytest.raises(OSError) as info:
+            (m.path / "sharded" / "array.raw").read_bytes()
+        assert info.value.errno == errno.EIO
+    assert "shard index" in run_cli("check", url, timeout=120).stdout
+    proxy.flip("sharded/c/0/0", times=None, at=100)  # inner chunks only (the index is 36 bytes)
+    with mounted(url, "--read-only") as m:
+        read = np.frombuffer((m.path / "sharded" / "array.raw").read_bytes(), dtype="<f4")
+        assert not np.array_equal(read, PLAIN.ravel())
+    assert run_cli("check", url, timeout=120).returncode == 0
