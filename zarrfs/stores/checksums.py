@@ -154,7 +154,8 @@ def from_headers(headers: Iterable[tuple[str, str]]) -> Expected | None:
     its algorithm's size, an ``x-amz-checksum-*`` of a multipart upload (``-N``
     after it, or ``x-amz-checksum-type: COMPOSITE``: a checksum of the parts'
     checksums) are no checksum. ``x-goog-hash`` holds ``crc32c=...`` and
-    ``md5=...`` items, in one field or several."""
+    ``md5=...`` items, in one field or several; it is of the object as stored, so
+    not of a body GCS decompressed on the way (``x-goog-stored-content-encoding``)."""
     values: dict[str, set[str]] = {}
     for name, value in headers:
         values.setdefault(name.strip().lower(), set()).add(value.strip())
@@ -174,7 +175,9 @@ def from_headers(headers: Iterable[tuple[str, str]]) -> Expected | None:
         if name in values and not composite:
             offer(algorithm, values[name], name)
     goog: dict[str, set[str]] = {}
-    for field in values.get("x-goog-hash", ()):
+    stored = values.get("x-goog-stored-content-encoding", {"identity"})
+    transcoded = any(v.lower() != "identity" for v in stored)
+    for field in () if transcoded else values.get("x-goog-hash", ()):
         for item in field.split(","):
             algorithm, sep, text = item.strip().partition("=")
             if sep and algorithm.strip().lower() in ("crc32c", "md5"):

@@ -108,7 +108,8 @@ def test_the_cheapest_checksum_is_taken() -> None:
 def test_what_is_no_checksum_of_the_body() -> None:
     """Nothing is guessed: a multipart upload's checksum of checksums, a field given
     twice with different values, a digest of the wrong size or not base64, an
-    algorithm not known here, and the ETag (an MD5 only sometimes)."""
+    algorithm not known here, GCS's hash of a body it decompressed on the way (the
+    hash is of the stored bytes), and the ETag (an MD5 only sometimes)."""
     crc = b64(crc32c(CHECK).to_bytes(4, "big"))
     sha = b64(hashlib.sha256(CHECK).digest())
     cases = [
@@ -119,6 +120,7 @@ def test_what_is_no_checksum_of_the_body() -> None:
         [("x-amz-checksum-crc32c", "%%%")],
         [("x-amz-checksum-crc64nvme", "AAAAAAAAAAA=")],
         [("x-goog-hash", "crc32c"), ("x-goog-hash", "sha512=AAAA")],
+        [("x-goog-hash", f"crc32c={crc}"), ("x-goog-stored-content-encoding", "gzip")],
         [("ETag", f'"{hashlib.md5(CHECK).hexdigest()}"')],
         [],
     ]
