@@ -146,7 +146,7 @@ class S3Store(Store):
         reason = f"reading {self._where(key)}: {checksums.mismatch(expected)}"
         again = self._get_once(key, path, limit)
         if again is not None and (again[1] is None or again[1].matches(again[0])):
-            log.warning("%s; read again, they did", reason)
+            log.warning("%s; read again: the second answer was served", reason)
             return again[0]
         raise StoreError(f"{reason} (2 tries)", errno.EIO)
 
