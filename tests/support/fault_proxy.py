@@ -12,7 +12,13 @@ Faults are set at run time, from the test's thread, and apply to what passes nex
   from the moment of arming, in HTTP-aware mode per response;
 - ``fail(count, status)`` (HTTP-aware mode only): the next ``count`` requests are
   answered with ``status`` (503) by the proxy itself, never reaching the server;
+- ``flip(match, times, at)`` (HTTP-aware mode only): in the answers to the next
+  ``times`` GET requests whose target contains ``match`` (``None``: every one),
+  byte ``at`` of the body is inverted, as a corrupting middlebox does: status,
+  headers and length as the server sent them;
 - ``passthrough()``: no faults.
+
+In HTTP-aware mode the heads of the last ``HEADS`` requests are kept in ``heads``.
 
 HTTP-aware mode (``http=True``) finds request boundaries (head, Content-Length
 body); a chunked request body makes it plain TCP for the rest of that connection.
@@ -31,6 +37,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from http import HTTPStatus
 from types import TracebackType
@@ -39,6 +46,7 @@ import pytest
 
 IDLE = 30.0  # seconds a proxied socket may wait for data before the proxy gives up
 _HEAD_LIMIT = 64 << 10  # a request head longer than this ends HTTP parsing
+HEADS = 1000  # request heads kept (HTTP-aware mode)
 
 
 class _Link:
@@ -50,6 +58,35 @@ class _Link:
         self.sent = 0  # response bytes since the last request or arming
         self.generation = generation
         self.dead = False
+        self.flip: _Flip | None = None  # the answer on its way is to be corrupted
+
+
+class _Flip:
+    """Inverts byte ``at`` of the body of the answer passing next: its head is
+    found first (the end of the header block), across pieces of any size."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.tail = b""  # the last bytes of the head seen, for a terminator split in two
+        self.body: int | None = None  # body bytes passed so far; None in the head
+
+    def apply(self, data: bytes) -> tuple[bytes, bool]:
+        """``data`` with the byte inverted if it holds it, and whether it did."""
+        start = 0
+        if self.body is None:
+            seen = self.tail + data
+            end = seen.find(b"\r\n\r\n")
+            if end < 0:
+                self.tail = seen[-3:]
+                return data, False
+            start, self.body = end + 4 - len(self.tail), 0
+        position = start + self.at - self.body
+        if position >= len(data):
+            self.body += len(data) - start
+            return data, False
+        changed = bytearray(data)
+        changed[position] ^= 0xFF
+        return bytes(changed), True
 
 
 class FaultProxy:
@@ -62,10 +99,15 @@ class FaultProxy:
         self.request_lines: list[str] = []  # of those requests ("GET /b/k HTTP/1.1")
         self.cuts = 0  # done so far
         self.failures = 0  # answered by the proxy so far
+        self.flips = 0  # bytes inverted so far
+        self.heads: deque[bytes] = deque(maxlen=HEADS)  # the last requests' heads
         self._cut_after = 0
         self._cut_times: int | None = 0
         self._fail_left = 0
         self._fail_status = 503
+        self._flip_match = ""
+        self._flip_left: int | None = 0
+        self._flip_at = 0
         self._generation = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -91,9 +133,16 @@ class FaultProxy:
         with self._lock:
             self._fail_left, self._fail_status = count, status
 
+    def flip(self, match: str, times: int | None = None, at: int = 0) -> None:
+        if not self.http:
+            raise ValueError("flipping bytes of bodies needs FaultProxy(..., http=True)")
+        with self._lock:
+            self._flip_match, self._flip_left, self._flip_at = match, times, at
+
     def passthrough(self) -> None:
         with self._lock:
             self.delay, self._cut_times, self._fail_left = 0.0, 0, 0
+            self._flip_left = 0
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -193,11 +242,16 @@ class FaultProxy:
             with self._lock:
                 self.requests += 1
                 self.request_lines.append(head.partition(b"\r\n")[0].decode("latin-1"))
+                self.heads.append(head)
                 link.sent = 0  # a cut counts the bytes of this request's response
                 failing = self._fail_left > 0
                 if failing:
                     self._fail_left -= 1
                     self.failures += 1
+                else:
+                    # Set before the request goes on: its answer cannot come earlier,
+                    # and the client read the previous answer whole before asking.
+                    link.flip = _Flip(self._flip_at) if self._flips_answer_to(head) else None
             self._wait()
             if failing:
                 # The body is read (unless the client waits for "100 Continue") so
@@ -209,6 +263,17 @@ class FaultProxy:
             # The head goes on at once: a client may wait for "100 Continue" first.
             link.server.sendall(head)
             buffer = self._pass_body(link, buffer, int(length), link.server)
+
+    def _flips_answer_to(self, head: bytes) -> bool:
+        """Whether the answer to this request head is to be corrupted (and counted)."""
+        armed = self._flip_left is None or self._flip_left > 0
+        method, _, rest = head.partition(b" ")
+        target = rest.partition(b" ")[0].decode("latin-1")
+        if not armed or method != b"GET" or self._flip_match not in target:
+            return False
+        if self._flip_left is not None:
+            self._flip_left -= 1
+        return True
 
     def _pass_body(
         self, link: _Link, buffer: bytes, length: int, to: socket.socket | None
@@ -236,6 +301,11 @@ class FaultProxy:
                         link.client.shutdown(socket.SHUT_WR)
                     return
                 with self._lock:
+                    if link.flip is not None:
+                        data, flipped = link.flip.apply(data)
+                        if flipped:
+                            link.flip = None
+                            self.flips += 1
                     if link.generation != self._generation:
                         link.generation, link.sent = self._generation, 0
                     armed = self._cut_times is None or self._cut_times > 0

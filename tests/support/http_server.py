@@ -98,6 +98,8 @@ class HttpServer:
     hostile: dict[str, str] = field(default_factory=dict)
     redirects: dict[str, str] = field(default_factory=dict)
     redirect_status: int = 302
+    # fields: path (query left out) -> header fields added to each answer of its file
+    fields: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     trickle: float = 0.2  # seconds between the bytes of a trickling answer
     length_error: int = 16  # bytes a lying Content-Length is off by
     requests: list[Request] = field(default_factory=list)
@@ -246,6 +248,8 @@ class RangeHandler(SimpleHTTPRequestHandler):
         self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
         if state.etags:
             self.send_header("ETag", etag)
+        for name, value in state.fields.get(path, ()):
+            self.send_header(name, value)
         self.end_headers()
         return body
 

@@ -7,5 +7,6 @@ read-only ones; ``readonly``, the wrapper that makes any store read-only (the of
 commands open stores through it). Backends: ``directory`` (with ``fileio``, openat2 under the
 root), ``zipstore`` (with ``zipindex``), ``http`` (with ``httpwire``) and
 ``s3`` (with ``s3_config``, ``s3_errors``, ``s3_versions``, ``s3_lease``);
+``checksums``, what travels with values so that changed bytes are caught;
 ``location`` turns the STORE argument into one of them.
 """

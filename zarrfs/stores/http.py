@@ -18,6 +18,10 @@ hostile input (docs/semantics.md, "HTTP"):
 - a body shorter or longer than its Content-Length, or cut, is a failed try (a
   store error: the next read tries again), never a shorter value;
 - a body in a Content-Encoding is refused (the bytes as stored were asked for);
+- a whole value whose answer carries a checksum of it (``Content-MD5``,
+  ``x-amz-checksum-*``, ``x-goog-hash``, the S3 store's CRC-32C: checksums.py) that
+  the body does not match is a failed try; a range is not checked (the checksum
+  is of the whole value);
 - redirects are followed by the rules of ``httpwire.redirect_target``;
 - 404/410 are missing values, 401/403 EACCES, everything else EIO once passing
   failures (5xx, 429, reset or cut connections, timeouts) have been retried.
@@ -47,7 +51,7 @@ from urllib3.exceptions import HTTPError
 
 from zarrfs import __version__
 from zarrfs.errors import InvalidValueError, StoreError
-from zarrfs.stores import httpwire
+from zarrfs.stores import checksums, httpwire
 from zarrfs.stores.base import (
     UNCHANGED,
     Fetched,
@@ -579,6 +583,9 @@ class HttpStore(WriteRefusingStore):
             raise Passing(f"{len(data)} of {size} bytes before the connection ended")
         if len(data) > most:
             raise InvalidValueError(f"reading {key!r}: more than {most} bytes")
+        expected = checksums.from_headers(response.headers.items())
+        if expected is not None and not expected.matches(data):
+            raise Passing(checksums.mismatch(expected))
         return data
 
     def fetch_ranges(

@@ -16,6 +16,11 @@ request that timed out and reaches the server late cannot replace newer data; a
 (EIO: never overwritten). See s3_versions.py. A read-write mount holds the
 prefix's writer lease (s3_lease.py). DELETE cannot be conditional in obstore.
 
+Every value PUT carries its CRC-32C as user metadata, and obstore sends a SHA-256
+of the body that S3 verifies before storing it; a whole GET of an object that
+carries the CRC-32C checks it (checksums.py). A ranged GET cannot: the checksum is
+of the whole object.
+
 No message raised here carries text of the server's or of obstore's: the body of
 a signature error can echo the access key and the session token, so errors are
 rebuilt from their HTTP status, S3 error code and kind alone.
@@ -36,6 +41,7 @@ from obstore import exceptions as _errors
 from obstore.store import S3Store as _Bucket
 
 from zarrfs.errors import InvalidValueError, StoreError
+from zarrfs.stores import checksums
 from zarrfs.stores import s3_config as config
 from zarrfs.stores.base import (
     UNCHANGED,
@@ -95,6 +101,7 @@ class S3Store(Store):
         if resolved.origins:
             log.debug("%s: %s", self._url, ", ".join(resolved.origins))
         settings: dict[str, Any] = resolved.store_config()
+        settings.update(checksums.upload_settings(os.environ))
         if anonymous:
             settings["skip_signature"] = True
         self._endpoint = resolved.endpoint
@@ -142,14 +149,48 @@ class S3Store(Store):
 
     def get_buffer(self, key: str, *, limit: int | None = None) -> memoryview | None:
         """``get`` without the copy into ``bytes``: a read-only view of the body as
-        obstore received it."""
-        path = _path(key)
-        since = self._versions.now()
-        result = self._call("reading", key, obstore.get, self._bucket, path) if path else None
-        if result is None or result is _MISSING:
-            if result is _MISSING:
-                self._versions.seen(path, None, since)
+        obstore received it.
+
+        An object that carries the CRC-32C this store sends with every PUT
+        (checksums.py) is checked against it: a body that does not match is read
+        again once (a byte changed on the way), then a StoreError (EIO) naming the
+        key. An object without it (written by another tool) is not checked."""
+        found = self._get_checked(key, _path(key), limit, {})
+        assert found is not _NOT_MODIFIED  # (no condition was sent)
+        return None if found is None else found[0]
+
+    def _get_checked(self, key: str, path: str, limit: int | None, options: Any) -> Any:
+        """A GET with ``options``, its body checked (see ``get_buffer``): (body,
+        meta), None where there is no object, ``_NOT_MODIFIED`` for a 304."""
+        found = self._get_once(key, path, limit, options)
+        if found is None or found is _NOT_MODIFIED:
+            return found
+        body, expected, meta = found
+        if expected is None or expected.matches(body):
+            return body, meta
+        del found, body  # the first body: not kept while the second is read
+        reason = f"reading {self._where(key)}: {checksums.mismatch(expected)}"
+        again = self._get_once(key, path, limit, options)
+        if again is None or again is _NOT_MODIFIED:
+            return again
+        body, expected, meta = again
+        if expected is None or expected.matches(body):
+            log.warning("%s; read again: the second answer was served", reason)
+            return body, meta
+        raise StoreError(f"{reason} (2 tries)", errno.EIO)
+
+    def _get_once(self, key: str, path: str, limit: int | None, options: Any) -> Any:
+        """One GET: (body, the checksum its object carries, meta), None where there is
+        no object, ``_NOT_MODIFIED`` for a 304."""
+        if not path:
             return None
+        since = self._versions.now()
+        result = self._call("reading", key, _get_unless, self._bucket, path, options)
+        if result is _MISSING:
+            self._versions.seen(path, None, since)
+            return None
+        if result is _NOT_MODIFIED:
+            return result
         self._versions.seen(path, result.meta["e_tag"], since)
         size = result.meta["size"]
         if limit is not None and size > limit:
@@ -159,7 +200,9 @@ class S3Store(Store):
             raise InvalidValueError(
                 f"reading {self._where(key)}: {size} bytes, more than the limit of {limit}"
             )
-        return memoryview(self._call("reading", key, result.bytes))
+        expected = checksums.from_attributes(result.attributes)
+        meta = result.meta
+        return memoryview(self._call("reading", key, result.bytes)), expected, meta
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         check_ranges([(start, length)])
@@ -293,12 +336,13 @@ class S3Store(Store):
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:
         """One PUT: S3 shows readers the old object or the new one, never a mix, and
         a completed PUT is durable (so ``durable`` asks nothing more)."""
-        self._put(key, _value_path(key), value)
+        self._put(key, _value_path(key), value, checksums.put_attributes(value))
 
-    def _put(self, key: str, path: str, value: Any) -> None:
+    def _put(self, key: str, path: str, value: Any, attributes: dict[str, str]) -> None:
         """A single PUT (no multipart upload: an interrupted one would leave parts
         behind; obstore joins a list of parts itself, outside the GIL), conditional
-        on the version last seen. A 412 is resolved by ``_resolve``."""
+        on the version last seen, with the value's checksum in ``attributes``. A
+        412 is resolved by ``_resolve``."""
         self._check_lease(key)
         with self._stripes[hash(path) % _STRIPES]:
             for _ in range(_RESOLUTIONS):
@@ -315,6 +359,7 @@ class S3Store(Store):
                         self._bucket,
                         path,
                         value,
+                        attributes=attributes,
                         mode=mode,
                         use_multipart=False,
                         conditional=True,
@@ -369,18 +414,21 @@ class S3Store(Store):
         digest = hashlib.md5(data, usedforsecurity=False).digest()
         return any(d.digest == digest for d in values)
 
-    def stage(self, key: str, value: bytes | Sequence[bytes]) -> tuple[str, str, Any]:
-        """Nothing is sent before ``commit``: a PUT is already all-or-nothing."""
+    def stage(
+        self, key: str, value: bytes | Sequence[bytes]
+    ) -> tuple[str, str, Any, dict[str, str]]:
+        """Nothing is sent before ``commit``: a PUT is already all-or-nothing. The
+        value's checksum is taken here, in the caller's (encoding) thread."""
         if not isinstance(value, bytes | bytearray | memoryview):
             value = list(value)
-        return key, _value_path(key), value
+        return key, _value_path(key), value, checksums.put_attributes(value)
 
-    def commit(self, staged: list[tuple[str, str, Any]]) -> None:
+    def commit(self, staged: list[tuple[str, str, Any, dict[str, str]]]) -> None:
         """PUT each staged value in order; at the first failure the rest stay unput
         and the StoreError says how many were written."""
-        for done, (key, path, value) in enumerate(staged):
+        for done, (key, path, value, attributes) in enumerate(staged):
             try:
-                self._put(key, path, value)
+                self._put(key, path, value, attributes)
             except StoreError as e:
                 if len(staged) == 1:
                     raise
@@ -521,25 +569,12 @@ class S3Store(Store):
         """One GET, with If-None-Match when ``unless`` names a version (a 304 is
         ``UNCHANGED``: no body travels); the size is checked against ``limit`` from
         the headers, before any of the body is read."""
-        path = _path(key)
-        if not path:
-            return None
-        since = self._versions.now()
         options: Any = {} if unless is None else {"if_none_match": unless.tag}
-        result = self._call("reading", key, _get_unless, self._bucket, path, options)
-        if result is _MISSING:
-            self._versions.seen(path, None, since)
-            return None
-        if result is _NOT_MODIFIED:
-            return UNCHANGED
-        self._versions.seen(path, result.meta["e_tag"], since)
-        version = _version(result.meta)
-        if limit is not None and result.meta["size"] > limit:
-            del result  # (see get_buffer: the body is never read)
-            raise InvalidValueError(
-                f"reading {self._where(key)}: {version.size} bytes, more than the limit of {limit}"
-            )
-        return Fetched(memoryview(self._call("reading", key, result.bytes)), version)
+        found = self._get_checked(key, _path(key), limit, options)
+        if found is None or found is _NOT_MODIFIED:
+            return None if found is None else UNCHANGED
+        body, meta = found
+        return Fetched(body, _version(meta))
 
     def fetch_ranges(
         self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
