@@ -20,7 +20,7 @@ import zarr
 
 from tests.support.stores import zlib_array
 from zarrfs.daemon.build import MountOptions, build_operations
-from zarrfs.fuse import operations as operations_module
+from zarrfs.fuse import kernel
 from zarrfs.fuse.operations import Operations
 from zarrfs.stores.directory import DirectoryStore
 
@@ -51,7 +51,7 @@ def test_a_write_during_a_read_invalidates_the_pages_that_read_fills(
 
     invalidated: list[int] = []
     monkeypatch.setattr(DirectoryStore, "get", slow_get)
-    monkeypatch.setattr(operations_module, "_invalidate", lambda i, _: invalidated.append(i))
+    monkeypatch.setattr(kernel, "invalidate", lambda i, _: invalidated.append(i))
     ops = build_operations(str(tmp_path), MountOptions())
     ops.mounted = True
     raw = lookup(ops, "arr", "array.raw")

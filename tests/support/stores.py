@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from zarrfs.stores.base import Listing
+from zarrfs.stores.base import Fetched, Listing, Version
 from zarrfs.stores.directory import DirectoryStore
 
 
@@ -60,6 +60,16 @@ class CountingStore(DirectoryStore):
         if self.delay:
             time.sleep(self.delay)
         return super().get(key, limit=limit)
+
+    def fetch(
+        self, key: str, *, limit: int | None = None, unless: Version | None = None
+    ) -> Fetched | None:
+        """Counted as a whole-value read (``gets``): one read of the value."""
+        with self._lock:
+            self.gets[key] += 1
+        if self.delay:
+            time.sleep(self.delay)
+        return super().fetch(key, limit=limit, unless=unless)
 
 
 def zlib_array(root: Path, rows: int, columns: int, chunk_rows: int) -> np.ndarray:

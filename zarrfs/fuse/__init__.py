@@ -7,6 +7,8 @@ views (views/).
   (it counts failed requests and the array bytes it returns) and the write-back
   (None: read-only; each write waits on it while it stores past its budget).
   It owns the inode and handle tables and the directories' attributes.
+- ``boundary.py``: the error boundary of every handler; ``kernel.py``: telling the
+  kernel which names, attributes and pages are stale (in a worker thread).
 - ``inodes.py``: inode numbers for nodes (by position in a directory's listing,
   so the tree may drop a node and make it again) and open-handle numbers.
 

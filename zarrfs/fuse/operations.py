@@ -1,6 +1,6 @@
 """The thin pyfuse3 layer: inode and handle bookkeeping over the tree and its views.
 
-Every handler passes through one error boundary (``_boundary``): zarrfs errors
+Every handler passes through one error boundary (fuse/boundary.py): zarrfs errors
 become their errno, anything unexpected is logged with its traceback and becomes
 EIO. pyfuse3 ends ``main()`` on any other exception, so nothing else may escape.
 """
@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import os
 import stat
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pyfuse3
 import trio
@@ -25,6 +23,8 @@ from zarrfs.core.counters import Counters
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
+from zarrfs.fuse import kernel
+from zarrfs.fuse.boundary import boundary
 from zarrfs.fuse.inodes import HandleTable, InodeTable
 from zarrfs.namespace.listing import DirListing
 from zarrfs.namespace.nodes import Changes, DirNode, FileNode, Node, unlisted
@@ -41,79 +41,12 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 # a file's are kept with it, as long as the tree keeps the file.
 MAX_DIRECTORY_ATTRIBUTES = 16_384
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-# Refusals of what the caller asked for: answered, not logged as faults.
-_CALLER_ERRNOS = frozenset(
-    {
-        errno.ENOENT,
-        errno.EROFS,
-        errno.EINVAL,
-        errno.EPERM,
-        errno.EACCES,
-        errno.EFBIG,
-        errno.EISDIR,
-        errno.ENOTDIR,
-        pyfuse3.ENOATTR,
-    }
-)
-
-
 @dataclass(eq=False)
 class OpenFile:
     node: FileNode
     inode: int
     wrote: bool = False
     next_offset: int = -1  # where the reads so far ended: the next one is sequential
-
-
-def _invalidate(inode: int, attr_only: bool) -> None:
-    log.debug("invalidate inode %d%s", inode, " (attributes)" if attr_only else "")
-    try:
-        pyfuse3.invalidate_inode(inode, attr_only=attr_only)
-    except OSError as e:  # no kernel (handler tests) or an inode the kernel forgot
-        log.debug("invalidate_inode(%d): %s", inode, e)
-
-
-def _invalidate_all(names: list[tuple[int, bytes]], inodes: list[tuple[int, bool]]) -> None:
-    for parent, name in names:
-        try:
-            pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
-        except OSError as e:
-            log.debug("invalidate_entry(%d, %r): %s", parent, name, e)
-    for inode, attr_only in inodes:
-        _invalidate(inode, attr_only)
-
-
-def _failed(ops: Operations, err: int) -> pyfuse3.FUSEError:
-    """The reply to a handler that failed; failures (not refusals such as ENOENT)
-    are counted for .zarrfs/stats."""
-    if err not in _CALLER_ERRNOS:
-        ops.counters.errors += 1
-    return pyfuse3.FUSEError(err)
-
-
-def _boundary(handler: F) -> F:
-    @functools.wraps(handler)
-    async def wrapper(*args: Any) -> Any:
-        try:
-            return await handler(*args)
-        except pyfuse3.FUSEError:
-            raise
-        except ZarrfsError as e:
-            if e.errno in _CALLER_ERRNOS or getattr(e, "logged", False):
-                log.debug("%s: %s", handler.__name__, e)
-            else:
-                log.error("%s", e)
-            raise _failed(args[0], e.errno) from None
-        except OSError as e:
-            log.error("%s: %s", handler.__name__, e)
-            raise _failed(args[0], e.errno or errno.EIO) from None
-        except Exception:
-            log.exception("internal error in %s", handler.__name__)
-            raise _failed(args[0], errno.EIO) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 class Operations(pyfuse3.Operations):
@@ -210,7 +143,7 @@ class Operations(pyfuse3.Operations):
                     self.page_cached.discard(inode)
                     inodes.append((inode, not cached))
         if self.mounted:
-            await trio.to_thread.run_sync(_invalidate_all, names, inodes)
+            await trio.to_thread.run_sync(kernel.invalidate_all, names, inodes)
 
     async def _refreshed(self) -> None:
         """``.zarrfs/refresh``: the kernel forgets every attribute and page it holds,
@@ -219,7 +152,7 @@ class Operations(pyfuse3.Operations):
         self.page_cached.clear()
         if self.mounted:
             held = [(inode, False) for inode in self.inodes.held()]
-            await trio.to_thread.run_sync(_invalidate_all, [], held)
+            await trio.to_thread.run_sync(kernel.invalidate_all, [], held)
 
     def _dir(self, inode: int) -> DirNode:
         node = self.inodes.node(inode)
@@ -282,7 +215,7 @@ class Operations(pyfuse3.Operations):
 
     # -- namespace --------------------------------------------------------------------
 
-    @_boundary
+    @boundary
     async def lookup(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
@@ -299,14 +232,14 @@ class Operations(pyfuse3.Operations):
         self.inodes.remember(attr.st_ino)
         return attr
 
-    @_boundary
+    @boundary
     async def forget(self, inode_list: list[tuple[int, int]]) -> None:
         for inode, count in inode_list:
             if self.inodes.forget(inode, count):
                 self._attrs.pop(inode, None)
                 self.page_cached.discard(inode)
 
-    @_boundary
+    @boundary
     async def getattr(
         self, inode: int, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
@@ -324,7 +257,7 @@ class Operations(pyfuse3.Operations):
             attr.st_blocks = -(-attr.st_size // 512)
         return attr
 
-    @_boundary
+    @boundary
     async def setattr(
         self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any = None
     ) -> pyfuse3.EntryAttributes:
@@ -344,7 +277,7 @@ class Operations(pyfuse3.Operations):
         # as on sshfs, so `touch` and `cp -p` work.
         return self.attributes(node)
 
-    @_boundary
+    @boundary
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
         directory = self._dir(inode)
         await self._fresh(directory)
@@ -354,7 +287,7 @@ class Operations(pyfuse3.Operations):
         # directory opened twice).
         return self.dirs.add(self.tree.listing(directory))
 
-    @_boundary
+    @boundary
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self.dirs.get(fh)
         names, nodes = listing.names, listing.nodes
@@ -365,13 +298,13 @@ class Operations(pyfuse3.Operations):
             ):
                 break
 
-    @_boundary
+    @boundary
     async def releasedir(self, fh: int) -> None:
         self.dirs.pop(fh)
 
     # -- files ------------------------------------------------------------------------
 
-    @_boundary
+    @boundary
     async def open(
         self, inode: int, flags: int, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.FileInfo:
@@ -405,7 +338,7 @@ class Operations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
-    @_boundary
+    @boundary
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:
         handle = self.files.get(fh)
         view = handle.node.view
@@ -428,7 +361,7 @@ class Operations(pyfuse3.Operations):
             self.counters.bytes_read += len(data)
         return data
 
-    @_boundary
+    @boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self.files.get(fh)
         view = handle.node.view
@@ -445,7 +378,7 @@ class Operations(pyfuse3.Operations):
             await self.writeback.relieve()
         return written
 
-    @_boundary
+    @boundary
     async def flush(self, fh: int) -> None:
         # close(): the chunks this handle wrote are in the store before it returns.
         handle = self.files.get(fh)
@@ -463,11 +396,11 @@ class Operations(pyfuse3.Operations):
                     pending,
                 )
 
-    @_boundary
+    @boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
         await self.files.get(fh).node.view.sync()
 
-    @_boundary
+    @boundary
     async def release(self, fh: int) -> None:
         handle = self.files.pop(fh)
         if handle is not None and handle.wrote:
@@ -507,7 +440,7 @@ class Operations(pyfuse3.Operations):
                 self.page_cached.discard(sibling_inode)
             targets.append(sibling_inode)
         for target in targets:
-            await trio.to_thread.run_sync(_invalidate, target, not data)
+            await trio.to_thread.run_sync(kernel.invalidate, target, not data)
 
     # -- the tree's shape is the store's: no names are created, removed or renamed ----
 
@@ -518,7 +451,7 @@ class Operations(pyfuse3.Operations):
 
     # -- filesystem -------------------------------------------------------------------
 
-    @_boundary
+    @boundary
     async def statfs(self, ctx: pyfuse3.RequestContext | None = None) -> pyfuse3.StatvfsData:
         data = pyfuse3.StatvfsData()
         known = self.tree.store.statvfs()
@@ -542,7 +475,7 @@ class Operations(pyfuse3.Operations):
             return array_xattrs(node.meta)
         return group_xattrs(node.meta)
 
-    @_boundary
+    @boundary
     async def getxattr(
         self, inode: int, name: bytes, ctx: pyfuse3.RequestContext | None = None
     ) -> bytes:
@@ -554,7 +487,7 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         return value
 
-    @_boundary
+    @boundary
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> list:
         return [os.fsencode(name) for name in self._xattrs(inode)]
 

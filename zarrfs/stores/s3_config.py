@@ -238,7 +238,7 @@ class _Profile:
         self._url = url
         self.name = name
         self._session = session  # botocore's Session
-        self._scoped: dict[str, Any] = {}
+        self.scoped: dict[str, Any] = {}  # the profile's settings, as botocore read them
 
     @classmethod
     def load(cls, url: str, name: str) -> _Profile:
@@ -256,7 +256,7 @@ class _Profile:
         profile = cls(url, name or "default", session)
         try:
             profile.name = session.get_config_variable("profile") or "default"
-            profile._scoped = session.get_scoped_config()
+            profile.scoped = session.get_scoped_config()
         except botocore.exceptions.ProfileNotFound:
             raise StoreError(
                 f"{url}: AWS profile {profile.name!r} not found", errno.EINVAL
@@ -271,11 +271,11 @@ class _Profile:
         profile's ``services`` section comes first, as in the AWS CLI."""
         if name == "endpoint_url":
             services = self._session.full_config.get("services", {})
-            section = services.get(self._scoped.get("services", ""), {})
+            section = services.get(self.scoped.get("services", ""), {})
             s3 = section.get("s3", {}) if isinstance(section, dict) else {}
             if isinstance(s3, dict) and isinstance(s3.get("endpoint_url"), str):
                 return str(s3["endpoint_url"]).strip()
-        value = self._scoped.get(name, "")
+        value = self.scoped.get(name, "")
         return value.strip() if isinstance(value, str) else ""
 
     def credentials(self) -> Any:
