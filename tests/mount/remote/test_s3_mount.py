@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,26 +109,62 @@ def test_a_missing_bucket_is_refused_in_one_line(s3_bucket: Bucket, tmp_path: Pa
         assert not os.path.ismount(mountpoint)
 
 
-def test_another_mount_sees_changes_when_it_mounts_again(s3_bucket: Bucket, tmp_path: Path) -> None:
-    """Metadata and chunks are read once per mount (docs/semantics.md, S3): a second
-    machine's mount keeps what it has seen until it mounts again."""
+def _write_and_append(writer: Path, more: np.ndarray) -> None:
+    raw = writer / "plain" / "array.raw"
+    with open(raw, "r+b") as f:
+        f.write(np.zeros(40, "<f4").tobytes())  # row 0 of chunk 0
+        f.seek(0, os.SEEK_END)
+        f.write(more.tobytes())  # 4 more rows: a new shape
+        os.fsync(f.fileno())
+
+
+def test_within_the_ttl_another_mount_serves_what_it_has_seen(
+    s3_bucket: Bucket, tmp_path: Path
+) -> None:
+    """Two mounts of one bucket stand for two machines: the reader keeps what it has
+    seen for --metadata-ttl; a mount made after the change sees it at once."""
     make_store(tmp_path / "local", consolidate=False)
     upload(s3_bucket, tmp_path / "local", "s.zarr")
     url = f"s3://{s3_bucket.name}/s.zarr"
     more = np.full((4, 40), 9, dtype="<f4")
-    with mounted(url, "--read-only") as other:
+    with mounted(url, "--read-only", "--metadata-ttl", "600") as other:
         seen = other.path / "plain" / "array.raw"
         assert seen.read_bytes() == PLAIN.tobytes()
         with mounted(url) as writer:
-            raw = writer.path / "plain" / "array.raw"
-            with open(raw, "r+b") as f:
-                f.write(np.zeros(40, "<f4").tobytes())  # row 0 of chunk 0
-                f.seek(0, os.SEEK_END)
-                f.write(more.tobytes())  # 4 more rows: a new shape
-                os.fsync(f.fileno())
-        assert os.path.getsize(seen) == PLAIN.nbytes  # the shape it mounted with
+            _write_and_append(writer.path, more)
+        assert os.path.getsize(seen) == PLAIN.nbytes  # the shape it has seen
         assert seen.read_bytes() == PLAIN.tobytes()  # chunk 0 as first read
     with mounted(url, "--read-only") as again:
         new = np.concatenate([PLAIN, more])
         new[0] = 0
         assert (again.path / "plain" / "array.raw").read_bytes() == new.tobytes()
+
+
+def test_another_machines_writes_are_seen_after_the_ttl(s3_bucket: Bucket, tmp_path: Path) -> None:
+    """Close-to-open across machines: a reader mounted while another mount writes
+    sees the new shape and the new chunks at its next open after the TTL, and at
+    once after .zarrfs/refresh."""
+    make_store(tmp_path / "local", consolidate=False)
+    upload(s3_bucket, tmp_path / "local", "s.zarr")
+    url = f"s3://{s3_bucket.name}/s.zarr"
+    more = np.full((4, 40), 9, dtype="<f4")
+    new = np.concatenate([PLAIN, more])
+    new[0] = 0
+    with mounted(url, "--read-only", "--metadata-ttl", "0.5") as reader:
+        seen = reader.path / "plain" / "array.raw"
+        assert seen.read_bytes() == PLAIN.tobytes()
+        with mounted(url) as writer:
+            _write_and_append(writer.path, more)
+            time.sleep(0.8)
+            assert os.path.getsize(seen) == new.nbytes
+            assert seen.read_bytes() == new.tobytes()
+    with mounted(url, "--read-only", "--metadata-ttl", "600") as reader:
+        seen = reader.path / "plain" / "array.raw"
+        assert seen.read_bytes() == new.tobytes()
+        with mounted(url) as writer, open(writer.path / "plain" / "array.raw", "r+b") as f:
+            f.write(np.full(40, 5, "<f4").tobytes())
+            os.fsync(f.fileno())
+        assert seen.read_bytes() == new.tobytes()  # within the TTL
+        assert (reader.path / ".zarrfs" / "refresh").read_bytes() == b""
+        new[0] = 5
+        assert seen.read_bytes() == new.tobytes()
