@@ -1,6 +1,7 @@
 """Inode numbers for tree nodes, and open-handle numbers for files and directories.
 
-Each node keeps one inode number for the mount's lifetime (``ls -i`` is stable),
+Each node keeps one inode number for the mount's lifetime (``ls -i`` is stable)
+while its directory's entries stay those the store had when they were numbered,
 without a table entry per node: when a directory's entries are first numbered,
 they get consecutive numbers (a block) in their sorted order, and an entry's
 number is its directory's first plus its position. So the number finds the node
@@ -8,7 +9,9 @@ again (its directory, then the position) even where the tree has let go of the
 node itself and makes it again (namespace/recent.py), and a listed node costs the table 8
 bytes: which directory numbers it, and the kernel's count of lookups of it. Those
 counts are tracked so ``forget`` is answered, but a forgotten node keeps its
-number.
+number. A directory whose entries changed in the store (namespace/tree.py's
+``revalidate``) is numbered anew in a new block; its old block is retired, its
+numbers finding the entries of the names they numbered, by name (``Retired``).
 
 Chunk keys (found by lookup, never listed) are the exception: they have no
 position in a listing, and there may be millions. They are numbered from a range

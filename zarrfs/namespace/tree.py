@@ -11,9 +11,13 @@ Memory. A directory keeps what names it (``DirNode``); what it is (``Loaded``) i
 loaded on first use (namespace/nodes.py). Listed from consolidated metadata, a
 node's ``Loaded`` is made again from the document whenever asked, so only the most
 recently used ones are kept (namespace/recent.py); listed from the store, it is
-kept for the mount's lifetime (loading it again would read the store again, and
-could differ). Kept for good as well: the root, and an array written through the
-mount (its documents may have changed since the document listed it). What a
+kept until a check finds its documents changed in the store (loading it again
+would read the store again). Kept for good as well: the root, and an array written
+through the mount (its documents may have changed since the document listed it).
+
+Freshness (close-to-open, namespace/freshness.py). What a node is and lists was
+checked against the store at some moment; past the TTL, ``revalidate`` checks it
+again before it is used, and says what changed (``Changes``) for the kernel. What a
 node's first loading had to say (documents of another layout beside it, an
 unsupported data type) is logged then only; a consolidated entry, valid JSON,
 makes formats/ log nothing.
