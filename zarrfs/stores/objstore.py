@@ -1,8 +1,11 @@
 """What every object store of zarrfs does alike through obstore.
 
 obstore's requests (get, ranged get, head, conditional put, delete, listings) are
-the same calls for each service's client; a subclass makes its client and says
-how its bucket is missing (``_no_bucket``).
+the same calls for each service's client. A subclass makes its client from the
+service's own configuration and names its ``Dialect`` (s3_errors.py: its error
+codes and words); where the service differs, it says so here: how an object's
+version is named (``_version_of``), a PUT conditioned on it (``_replace_mode``),
+a read of that version (``_version_options``), and whether suffix ranges exist.
 
 Keys are "/"-separated and map to "<prefix>/<key>". Nothing outside the prefix is
 read, written or deleted: key components "." and ".." are refused.
@@ -35,7 +38,7 @@ from obstore import exceptions as _errors
 from zarrfs.errors import InvalidValueError, StoreError
 from zarrfs.stores import s3_config as config
 from zarrfs.stores.base import Listing, Store, check_ranges, resolve_range
-from zarrfs.stores.s3_errors import code_of, failure, statuses_of
+from zarrfs.stores.s3_errors import Dialect, code_of, failure, no_bucket, statuses_of
 from zarrfs.stores.s3_lease import LEASE_KEY, LeaseIO, LocalLock, WriterLease, lease_io
 from zarrfs.stores.s3_versions import DELETED, UNKNOWN, Doubt, Versions, digest_of, plain_etag
 
@@ -58,8 +61,12 @@ class ObjectStore(Store):
     remote = True
     listable = True
 
+    dialect: Dialect
+    suffix_ranges = True  # ranged GETs of the last n bytes (Azure has none)
+
     # Set by a subclass's __init__: the bucket's name and prefix, its URL, the
-    # obstore client of the bucket, and the endpoint (for the lease's identity).
+    # obstore client of the bucket, and the endpoint (for the lease's identity);
+    # then ``_start``.
     bucket: str
     prefix: str
     _url: str
@@ -70,6 +77,27 @@ class ObjectStore(Store):
     _local: LocalLock | None
     _lease: WriterLease | None
     _denied: bool
+
+    def _start(self) -> None:
+        self._versions = Versions()
+        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
+        self._local = None
+        self._lease = None
+        self._denied = False  # the lease could not be written: no write can be
+
+    # -- how versions are named --------------------------------------------------------
+
+    def _version_of(self, meta: Any) -> Any:
+        """The version an object's metadata (or a PUT's result) names: its ETag."""
+        return meta.get("e_tag")
+
+    def _replace_mode(self, version: Any) -> Any:
+        """The PUT mode that replaces ``version`` and nothing else (If-Match)."""
+        return {"e_tag": version}
+
+    def _version_options(self, meta: Any) -> Any:
+        """The GET options that read the version ``meta`` names, or fail."""
+        return {"if_match": meta["e_tag"]}
 
     def describe(self) -> str:
         return self._url
@@ -83,7 +111,7 @@ class ObjectStore(Store):
         that a mount can refuse at once: a StoreError with a one-line message
         ("s3://nobucket: bucket does not exist", "checking s3://b/p: access denied
         (HTTP 403 AccessDenied)"). A bucket whose objects may be read but not
-        listed fails here too: zarrfs lists an S3 store."""
+        listed fails here too: zarrfs lists an object store."""
         stream = obstore.list(self._bucket, chunk_size=1)
         if self._call("checking", "", lambda: next(iter(stream), None)) is _MISSING:
             raise self._no_bucket()
@@ -106,7 +134,7 @@ class ObjectStore(Store):
             if result is _MISSING:
                 self._versions.seen(path, None, since)
             return None
-        self._versions.seen(path, result.meta["e_tag"], since)
+        self._versions.seen(path, self._version_of(result.meta), since)
         size = result.meta["size"]
         if limit is not None and size > limit:
             # Dropped now: an exception a caller keeps would keep this frame, and with
@@ -127,7 +155,7 @@ class ObjectStore(Store):
         otherwise (a suffix range of 2**62 bytes must not fetch a whole object)."""
         if not path:
             return None
-        if length == 0 or (start < 0 and -start > length):
+        if length == 0 or (start < 0 and (-start > length or not self.suffix_ranges)):
             return self._range_by_size(key, path, start, length)
         bounds: Any = (start, start + length) if start >= 0 else {"suffix": -start}
         value = self._ranged(key, path, bounds, ranged=True)
@@ -144,7 +172,7 @@ class ObjectStore(Store):
             self._versions.seen(path, None, since)
         if found is _MISSING or found is _UNSATISFIABLE:
             return found
-        self._versions.seen(path, found[1]["e_tag"], since)
+        self._versions.seen(path, self._version_of(found[1]), since)
         return found[0]
 
     def _range_by_size(self, key: str, path: str, start: int, length: int) -> bytes | None:
@@ -192,7 +220,7 @@ class ObjectStore(Store):
         if meta is _MISSING:
             self._versions.seen(path, None, since)
             return None
-        self._versions.seen(path, meta["e_tag"], since)
+        self._versions.seen(path, self._version_of(meta), since)
         return meta
 
     def _size(self, key: str, path: str) -> int | None:
@@ -260,7 +288,7 @@ class ObjectStore(Store):
             for _ in range(_RESOLUTIONS):
                 expected = self._versions.expected(path)
                 known = expected is not None and expected is not UNKNOWN
-                mode: Any = {"e_tag": expected} if known else "create"
+                mode: Any = self._replace_mode(expected) if known else "create"
                 self._versions.begin(path)
                 stored = _CONFLICT
                 try:
@@ -283,8 +311,8 @@ class ObjectStore(Store):
                     if stored is _CONFLICT:
                         self._versions.end(path)
                     else:
-                        etag = stored.get("e_tag") or UNKNOWN
-                        self._versions.end(path, etag, changed=True)
+                        version = self._version_of(stored) or UNKNOWN
+                        self._versions.end(path, version, changed=True)
                 if stored is not _CONFLICT:
                     return
                 self._resolve(key, path, value, expected)
@@ -297,7 +325,7 @@ class ObjectStore(Store):
         writer changed it, and it is not overwritten (EIO)."""
         meta = self._call("writing", key, obstore.head, self._bucket, path)
         meta = None if meta is _MISSING else meta
-        current = None if meta is None else meta["e_tag"]
+        current = None if meta is None else self._version_of(meta)
         if expected is UNKNOWN or current == expected or self._ours(key, path, value, meta):
             self._versions.adopt(path, current)
             return
@@ -318,7 +346,7 @@ class ObjectStore(Store):
         if not any(d.size == meta["size"] for d in values):
             return False
         # An ETag that is no MD5 (SSE-KMS, other servers): the bytes decide.
-        wanted = (self._bucket, path, meta["e_tag"], max(d.size for d in values))
+        wanted = (self._bucket, path, self._version_options(meta), max(d.size for d in values))
         data = self._call("writing", key, _get_version, *wanted)
         if not isinstance(data, bytes):
             return False
@@ -409,7 +437,7 @@ class ObjectStore(Store):
             found = self._call(action, LEASE_KEY, function, self._bucket, *args, **kw)
             return None if found is _MISSING or found is _CONFLICT else found
 
-        return lease_io(call)
+        return lease_io(call, self._version_of, self._replace_mode)
 
     # -- errors ------------------------------------------------------------------------
 
@@ -417,7 +445,10 @@ class ObjectStore(Store):
         return f"{self._url}/{key}" if key else self._url
 
     def _no_bucket(self) -> StoreError:
-        raise NotImplementedError
+        return no_bucket(self.bucket, self.dialect)
+
+    def _failure(self, action: str, key: str, e: Exception) -> StoreError:
+        return failure(action, self._where(key), self.bucket, e, self.dialect)
 
     def _call(
         self, action: str, key: str, function: Callable[..., Any], *args: Any, **kw: Any
@@ -431,33 +462,34 @@ class ObjectStore(Store):
         conditional = kw.pop("conditional", False)
         if _state["forked"]:
             raise StoreError(
-                f"{action} {self._where(key)}: S3 was used before this process forked "
-                "(open S3 stores after the fork)"
+                f"{action} {self._where(key)}: {self.dialect.name} was used before this "
+                f"process forked (open {self.dialect.name} stores after the fork)"
             )
         _state["used"] = True
         try:
             return function(*args, **kw)
         except FileNotFoundError as e:
-            if code_of(e) == "NoSuchBucket":
+            if code_of(e) in self.dialect.missing:
                 raise self._no_bucket() from None
             return _CONFLICT if conditional else _MISSING
         except (_errors.PreconditionError, _errors.AlreadyExistsError) as e:
-            if code_of(e) == "NoSuchBucket":
+            if code_of(e) in self.dialect.missing:
                 raise self._no_bucket() from None
             if conditional or isinstance(e, _errors.PreconditionError):
                 return _CONFLICT
-            raise failure(action, self._where(key), self.bucket, e) from None
+            raise self._failure(action, key, e) from None
         except Exception as e:
             text = str(e)
             if ranged and ("416" in statuses_of(e) or "non-partial" in text):
                 return _UNSATISFIABLE
-            raise failure(action, self._where(key), self.bucket, e) from None
+            raise self._failure(action, key, e) from None
         except BaseException as e:
             # object_store panics on what it does not expect (a range past the end):
             # pyo3 raises PanicException, a BaseException.
             if type(e).__name__ != "PanicException":
                 raise
-            raise StoreError(f"{action} {self._where(key)}: the S3 client failed") from None
+            where, name = self._where(key), self.dialect.name
+            raise StoreError(f"{action} {where}: the {name} client failed") from None
 
 
 def _ranged_get(bucket: Any, path: str, bounds: Any) -> tuple[bytes, Any]:
@@ -465,9 +497,9 @@ def _ranged_get(bucket: Any, path: str, bounds: Any) -> tuple[bytes, Any]:
     return bytes(result.bytes()), result.meta
 
 
-def _get_version(bucket: Any, path: str, etag: str, limit: int) -> bytes | None:
-    """Version ``etag`` of an object, if it is no larger than ``limit``."""
-    result = obstore.get(bucket, path, options={"if_match": etag})
+def _get_version(bucket: Any, path: str, options: Any, limit: int) -> bytes | None:
+    """The version of an object ``options`` name, if it is no larger than ``limit``."""
+    result = obstore.get(bucket, path, options=options)
     return bytes(result.bytes()) if result.meta["size"] <= limit else None
 
 
