@@ -4,6 +4,8 @@
     /data/x.zip            a .zip archive in zarr-python's ZipStore layout (read-only)
     http(s)://host/x.zarr  a store served over HTTP (read-only, not listable)
     s3://bucket/prefix     S3 or an S3-compatible server (AWS_* configuration)
+    gs://bucket/prefix     Google Cloud Storage (GOOGLE_APPLICATION_CREDENTIALS; gcs://)
+    az://container/prefix  Azure Blob Storage (AZURE_STORAGE_*; abfs://, abfss://)
 
 Remote stores are opened lazily by the caller that will use them: their clients
 run threads of their own, which a fork (the detaching daemon) would not keep.
@@ -32,10 +34,15 @@ class StoreOptions:
 
 
 def kind(location: str) -> str:
-    """ "s3", "http", "zip" or "directory" (by form alone, nothing is opened)."""
+    """ "s3", "gs", "az", "http", "zip" or "directory" (by form alone, nothing is
+    opened)."""
     lowered = location.lower()
     if lowered.startswith("s3://"):
         return "s3"
+    if lowered.startswith(("gs://", "gcs://")):
+        return "gs"
+    if lowered.startswith(("az://", "abfs://", "abfss://")):
+        return "az"
     if lowered.startswith(("http://", "https://")):
         return "http"
     if lowered.endswith(".zip") and not os.path.isdir(location):
@@ -44,7 +51,7 @@ def kind(location: str) -> str:
 
 
 def is_remote(location: str) -> bool:
-    return kind(location) in ("s3", "http")
+    return kind(location) in ("s3", "gs", "az", "http")
 
 
 def open_store(location: str, options: StoreOptions | None = None) -> Store:
@@ -56,6 +63,14 @@ def open_store(location: str, options: StoreOptions | None = None) -> Store:
         from zarrfs.stores.s3 import S3Store
 
         store: Store = _opened(lambda: S3Store(location, anonymous=options.anonymous), location)
+    elif form == "gs":
+        from zarrfs.stores.gcs import GcsStore
+
+        store = _opened(lambda: GcsStore(location, anonymous=options.anonymous), location)
+    elif form == "az":
+        from zarrfs.stores.azure import AzureStore
+
+        store = _opened(lambda: AzureStore(location, anonymous=options.anonymous), location)
     elif form == "http":
         from zarrfs.stores.http import HttpStore
 
