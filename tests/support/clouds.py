@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import obstore
 import pytest
@@ -34,6 +34,25 @@ ACCOUNT_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Cloud(Protocol):
+    """A bucket or a container, as a test writes and reads it behind a store's back."""
+
+    name: str
+
+    def url(self, prefix: str = "") -> str: ...
+    def put(self, key: str, value: bytes) -> None: ...
+    def get(self, key: str) -> bytes | None: ...
+    def delete(self, key: str) -> None: ...
+    def keys(self, prefix: str = "") -> list[str]: ...
+
+
+@pytest.fixture(params=["gs", "az"])
+def cloud(request: pytest.FixtureRequest) -> Cloud:
+    """A new bucket of the GCS fake, then a new container of Azurite."""
+    fixture = "gcs_bucket" if request.param == "gs" else "az_container"
+    return request.getfixturevalue(fixture)  # type: ignore[no-any-return]
 
 
 def isolate_clouds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,30 +4,14 @@ Store contract, conditional writes, the writer lease, configuration and errors."
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 import pytest
 
+from tests.support.clouds import Cloud
 from tests.support.store_contract import MakeStore, StoreContract
 from zarrfs.stores.location import open_store
 from zarrfs.stores.objstore import ObjectStore
 
 PREFIX = "data/root"
-
-
-class Cloud(Protocol):
-    name: str
-
-    def url(self, prefix: str = "") -> str: ...
-    def put(self, key: str, value: bytes) -> None: ...
-    def get(self, key: str) -> bytes | None: ...
-    def delete(self, key: str) -> None: ...
-    def keys(self, prefix: str = "") -> list[str]: ...
-
-
-@pytest.fixture(params=["gs", "az"])
-def cloud(request: pytest.FixtureRequest) -> Any:
-    return request.getfixturevalue("gcs_bucket" if request.param == "gs" else "az_container")
 
 
 def fill(cloud: Cloud, values: dict[str, bytes], prefix: str = PREFIX) -> ObjectStore:
