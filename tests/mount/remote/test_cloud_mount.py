@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.clouds import Cloud
 from tests.support.mounting import mounted
 from tests.support.oracles import assert_store_holds
@@ -70,3 +71,16 @@ def test_mount_read_write_and_read_back(cloud: Cloud, tmp_path: Path) -> None:
     with mounted(url, "--read-only") as again:
         assert (again.path / "plain" / "array.raw").read_bytes() == plain.tobytes()
         assert (again.path / "sharded" / "array.raw").read_bytes() == sharded.tobytes()
+
+
+def test_a_missing_bucket_is_refused_in_one_line(cloud: Cloud, tmp_path: Path) -> None:
+    """Detached too: the daemon opens the store after its fork and reports the
+    failure to the command over its pipe."""
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    scheme, word = ("gs", "bucket") if cloud.url().startswith("gs") else ("az", "container")
+    url = f"{scheme}://no-such-{word}-here/x.zarr"
+    for detach in ([], ["-f"]):
+        result = run_cli("mount", *detach, url, str(mountpoint))
+        assert_one_error_line(result, f"{scheme}://no-such-{word}-here: {word} does not exist")
+        assert not os.path.ismount(mountpoint)
