@@ -5,7 +5,10 @@
 #     (pyfuse3 is built from its sdist against libfuse3);
 #   - every program the tests and scripts run (see PROGRAMS below): fio, getfattr
 #     (attr), mount/umount/findmnt (util-linux, mount), dd/cat/ls/truncate/mkfifo
-#     (coreutils), od (coreutils);
+#     (coreutils), od (coreutils), node (nodejs), and npm where nodejs lacks it
+#     (Debian's nodejs does; NodeSource's brings its own, and conflicts with it);
+#   - Azurite, Microsoft's Azure Storage emulator, from npm into <repo>/.node (the
+#     Azure store's tests run it: tests/support/clouds.py);
 #   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
 #     test extra (pytest, hypothesis, zarr, tensorstore, xarray, ruff);
 #   - a virtualenv in <repo>/.venv-zarr2 holding zarr-python 2.18, which cannot
@@ -30,11 +33,12 @@ pkg_installed() {
 # The build of pyfuse3, and the programs the tests and scripts run (each test that
 # runs one fails loudly without it: never a skip). Keep this list in step with
 # tests/process/test_install.py, which checks every program named there is on PATH.
-PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin)
+PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin nodejs)
 need=()
 for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")
 done
+command -v npm >/dev/null 2>&1 || need+=(npm)
 
 if ! command -v python3 >/dev/null 2>&1; then
     need+=(python3 python3-dev python3-venv)
@@ -100,6 +104,17 @@ if ! "$ZARR2_VENV/bin/python" -c 'import zarr, sys; sys.exit(not zarr.__version_
     rm -rf "$ZARR2_VENV"
     python3 -m venv "$ZARR2_VENV"
     "$ZARR2_VENV/bin/python" -m pip install -q 'zarr>=2.18,<2.19'
+fi
+
+# ------------------------------------------------------------------ Azurite
+AZURITE_VERSION=3.35.0
+NODE_DIR="$REPO_ROOT/.node"
+AZURITE_PACKAGE="$NODE_DIR/node_modules/azurite/package.json"
+if [ -f "$AZURITE_PACKAGE" ] && grep -q "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_PACKAGE"; then
+    say "Azurite $AZURITE_VERSION already in $NODE_DIR"
+else
+    say "installing Azurite $AZURITE_VERSION into $NODE_DIR (the Azure store's tests)"
+    npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION"
 fi
 
 # ------------------------------------------------------------- the zarrfs command

@@ -16,8 +16,10 @@ from tests.support.paths import CORPUS, EXAMPLE_STORE  # noqa: E402
 
 pytest_plugins = (
     "pytester",  # tests/unit/test_daemon_logs.py runs pytest on small test files
+    "tests.support.clouds",
     "tests.support.daemon_logs",
     "tests.support.fault_proxy",
+    "tests.support.gcs_server",
     "tests.support.http_server",
     "tests.support.servers",
     "tests.support.writes",

@@ -9,11 +9,13 @@ of), and checks that each program is one install.sh provides and is on PATH.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from tests.support.clouds import AZURITE
 from tests.support.paths import REPO
 
 # program → the Debian package install.sh installs it with
@@ -36,6 +38,7 @@ PROGRAMS = {
     "gdalinfo": "gdal-bin",  # the sidecar headers' tests read array.raw through GDAL
     "gdal_translate": "gdal-bin",
     "ncdump": "netcdf-bin",  # netCDF-C reads the mount as a Zarr store: test_zarr_readers.py
+    "node": "nodejs",  # runs Azurite, the Azure emulator: tests/support/clouds.py
 }
 _ESSENTIAL = {"bash"}  # Debian's essential set: always there
 _SUBPROCESS = {"run", "Popen", "check_output", "check_call", "call"}
@@ -82,6 +85,16 @@ def test_every_program_the_code_runs_is_installed_by_install_sh() -> None:
 def test_every_program_is_on_path() -> None:
     absent = [p for p in PROGRAMS if shutil.which(p) is None]
     assert not absent, f"not on PATH (run scripts/install.sh): {absent}"
+
+
+def test_azurite_is_installed_in_the_repository() -> None:
+    """The Azure store's tests run Azurite from <repo>/.node, where install.sh puts it."""
+    install = (REPO / "scripts" / "install.sh").read_text()
+    version = install.split("AZURITE_VERSION=", 1)[1].split()[0]
+    package = REPO / ".node" / "node_modules" / "azurite" / "package.json"
+    assert package.is_file(), f"{package} is missing (run scripts/install.sh)"
+    assert json.loads(package.read_text())["version"] == version
+    assert AZURITE.is_file() and AZURITE.is_relative_to(package.parent)
 
 
 def test_zarrfs_is_linked_where_mount_finds_it() -> None:

@@ -135,6 +135,8 @@ def test_profiles_refused(value: str) -> None:
     ("store", "source"),
     [
         ("s3://bucket/prefix", "s3://bucket/prefix"),
+        ("gs://bucket/prefix", "gs://bucket/prefix"),
+        ("abfss://c@account.dfs.core.windows.net/p", "abfss://c@account.dfs.core.windows.net/p"),
         ("https://u:pw@h/x.zarr?token=t", "https://h/x.zarr"),
         ("/data/x.zarr", "/data/x.zarr"),
         ("/data/x.zip", "/data/x.zip"),

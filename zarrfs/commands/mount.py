@@ -255,7 +255,7 @@ def mount_source(store: str) -> str:
     """The mount's source in /proc/mounts and ``findmnt`` (FUSE's fsname): a URL
     without its secrets (every user reads /proc/mounts), a path made absolute. (The
     form mount(8) runs names the store as the fstab line does: mountopts.py.)"""
-    if kind(store) in ("s3", "http"):
+    if kind(store) in ("s3", "gs", "az", "http"):
         return public_location(store)
     return os.path.abspath(store)
 

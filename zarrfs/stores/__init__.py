@@ -6,7 +6,8 @@ runs against each backend, and ``WriteRefusingStore``, the base of the
 read-only ones; ``readonly``, the wrapper that makes any store read-only (the offline
 commands open stores through it). Backends: ``directory`` (with ``fileio``, openat2 under the
 root), ``zipstore`` (with ``zipindex``), ``http`` (with ``httpwire``) and
-``s3`` (with ``s3_config``, ``s3_errors``, ``s3_versions``, ``s3_lease``);
+the object stores over ``objstore`` (with ``objranges``, ``s3_errors``, ``s3_versions``,
+``s3_lease``): ``s3`` (with ``s3_config``), ``gcs`` and ``azure`` (with ``cloud_config``);
 ``checksums``, what travels with values so that changed bytes are caught;
 ``location`` turns the STORE argument into one of them.
 """

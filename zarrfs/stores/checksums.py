@@ -1,13 +1,14 @@
 """Checksums that travel with values, so that a byte changed between the store and
 zarrfs is an error rather than a wrong element (docs/semantics.md, "Integrity").
 
-The S3 store sends with every value it PUTs the CRC-32C of the value as user
-metadata (``x-amz-meta-zarrfs-crc32c``), in the form S3 gives its own CRC-32C
-checksums (base64 of the 4 bytes, big-endian), and checks every whole value it GETs
-whose answer carries it. The HTTP store checks a whole value against the checksum
+The object stores (S3, GCS, Azure) send with every value they PUT the CRC-32C of
+the value as user metadata (``x-amz-meta-zarrfs-crc32c``, ``x-goog-meta-zarrfs-crc32c``,
+``x-ms-meta-zarrfs_crc32c``), in the form S3 gives its own CRC-32C checksums (base64
+of the 4 bytes, big-endian), and check every whole value they GET whose answer
+carries it. The HTTP store checks a whole value against the checksum
 headers the server sends, where they are of the value's bytes: ``Content-MD5``,
 ``x-amz-checksum-*`` (not a multipart upload's checksum of checksums), ``x-goog-hash``
-and the S3 store's own metadata (a bucket written by zarrfs, read over HTTPS).
+and the object stores' own metadata (a bucket written by zarrfs, read over HTTPS).
 
 Pure: nothing here does I/O. A checksum that cannot be parsed, or of an algorithm
 not known here (CRC64NVME), is no checksum: nothing is checked rather than
@@ -28,10 +29,15 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-# The user metadata name of the CRC-32C the S3 store sends with every value (S3
-# keeps metadata names in lower case; obstore sends it as x-amz-meta-<name>).
+# The user metadata name of the CRC-32C the object stores send with every value (S3
+# keeps metadata names in lower case; obstore sends it as x-amz-meta-<name>, and for
+# GCS as x-goog-meta-<name>). Azure's metadata names are C# identifiers, with no
+# "-" (a PUT with one is refused: 400 InvalidMetadata): there, "_".
 METADATA = "zarrfs-crc32c"
 HEADER = f"x-amz-meta-{METADATA}"
+GCS_HEADER = f"x-goog-meta-{METADATA}"
+AZURE_METADATA = "zarrfs_crc32c"
+AZURE_HEADER = f"x-ms-meta-{AZURE_METADATA}"
 
 # The environment variables of the S3 upload checksum (AWS conventions): obstore
 # reads AWS_CHECKSUM_ALGORITHM itself; AWS SDKs send checksums only where an
@@ -73,9 +79,10 @@ def encode_crc(crc: int) -> str:
     return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
 
 
-def put_attributes(value: Buffer | Sequence[Buffer]) -> dict[str, str]:
-    """The obstore ``attributes`` of a PUT of ``value``: its CRC-32C as user metadata."""
-    return {METADATA: encode_crc(crc32c(value))}
+def put_attributes(value: Buffer | Sequence[Buffer], name: str = METADATA) -> dict[str, str]:
+    """The obstore ``attributes`` of a PUT of ``value``: its CRC-32C as user metadata
+    ``name``."""
+    return {name: encode_crc(crc32c(value))}
 
 
 def upload_settings(environ: Mapping[str, str]) -> dict[str, str]:
@@ -136,14 +143,17 @@ def _decoded(algorithm: str, text: str) -> bytes | None:
     return digest if len(digest) == _SIZES[algorithm] else None
 
 
-def from_attributes(attributes: Mapping[str, str]) -> Expected | None:
-    """The checksum of an S3 object's user metadata (obstore's ``attributes`` of a
-    GET), None where it has none (written by another tool) or it cannot be parsed."""
-    text = attributes.get(METADATA)
+def from_attributes(
+    attributes: Mapping[str, str], name: str = METADATA, source: str = HEADER
+) -> Expected | None:
+    """The checksum of an object's user metadata ``name`` (obstore's ``attributes``
+    of a GET; ``source``, its header), None where it has none (written by another
+    tool) or it cannot be parsed."""
+    text = attributes.get(name)
     if not isinstance(text, str):
         return None
     digest = _decoded("crc32c", text)
-    return None if digest is None else Expected("crc32c", digest, HEADER)
+    return None if digest is None else Expected("crc32c", digest, source)
 
 
 def from_headers(headers: Iterable[tuple[str, str]]) -> Expected | None:
@@ -167,8 +177,9 @@ def from_headers(headers: Iterable[tuple[str, str]]) -> Expected | None:
         if digest is not None and algorithm not in found:
             found[algorithm] = Expected(algorithm, digest, source)
 
-    if HEADER in values:
-        offer("crc32c", values[HEADER], HEADER)
+    for header in (HEADER, GCS_HEADER, AZURE_HEADER):
+        if header in values:
+            offer("crc32c", values[header], header)
     composite = any(v.upper() == "COMPOSITE" for v in values.get("x-amz-checksum-type", ()))
     for algorithm in ("crc32c", "crc32", "sha1", "sha256"):
         name = f"x-amz-checksum-{algorithm}"

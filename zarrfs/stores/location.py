@@ -4,6 +4,8 @@
     /data/x.zip            a .zip archive in zarr-python's ZipStore layout (read-only)
     http(s)://host/x.zarr  a store served over HTTP (read-only, not listable)
     s3://bucket/prefix     S3 or an S3-compatible server (options, AWS_*, ~/.aws)
+    gs://bucket/prefix     Google Cloud Storage (GOOGLE_APPLICATION_CREDENTIALS; gcs://)
+    az://container/prefix  Azure Blob Storage (AZURE_STORAGE_*; abfs://, abfss://)
 
 Remote stores are opened lazily by the caller that will use them: their clients
 run threads of their own, which a fork (the detaching daemon) would not keep.
@@ -47,10 +49,15 @@ class StoreOptions:
 
 
 def kind(location: str) -> str:
-    """ "s3", "http", "zip" or "directory" (by form alone, nothing is opened)."""
+    """ "s3", "gs", "az", "http", "zip" or "directory" (by form alone, nothing is
+    opened)."""
     lowered = location.lower()
     if lowered.startswith("s3://"):
         return "s3"
+    if lowered.startswith(("gs://", "gcs://")):
+        return "gs"
+    if lowered.startswith(("az://", "abfs://", "abfss://")):
+        return "az"
     if lowered.startswith(("http://", "https://")):
         return "http"
     if lowered.endswith(".zip") and not os.path.isdir(location):
@@ -59,7 +66,7 @@ def kind(location: str) -> str:
 
 
 def is_remote(location: str) -> bool:
-    return kind(location) in ("s3", "http")
+    return kind(location) in ("s3", "gs", "az", "http")
 
 
 def open_store(location: str, options: StoreOptions | None = None) -> Store:
@@ -71,7 +78,12 @@ def open_store(location: str, options: StoreOptions | None = None) -> Store:
         # Said at once: an option that does nothing would hide a mistyped STORE. The
         # location is not quoted: an HTTP URL may carry a token.
         named = " and ".join(options.s3_only())
-        what = {"http": "an HTTP URL", "zip": "a .zip archive"}.get(form, "a directory")
+        what = {
+            "http": "an HTTP URL",
+            "zip": "a .zip archive",
+            "gs": "a Google Cloud Storage bucket",
+            "az": "an Azure container",
+        }.get(form, "a directory")
         raise StoreOpenError(f"{named}: for s3:// stores only, and the store is {what}")
     if form == "s3":
         from zarrfs.stores.s3 import S3Store
@@ -86,6 +98,14 @@ def open_store(location: str, options: StoreOptions | None = None) -> Store:
             )
 
         store: Store = _opened(s3, location)
+    elif form == "gs":
+        from zarrfs.stores.gcs import GcsStore
+
+        store = _opened(lambda: GcsStore(location, anonymous=options.anonymous), location)
+    elif form == "az":
+        from zarrfs.stores.azure import AzureStore
+
+        store = _opened(lambda: AzureStore(location, anonymous=options.anonymous), location)
     elif form == "http":
         from zarrfs.stores.http import HttpStore
 

@@ -234,11 +234,11 @@ def _first(
 class _Profile:
     """One profile of the AWS config files, read through botocore."""
 
-    def __init__(self, url: str, name: str, session: Any) -> None:
+    def __init__(self, url: str, name: str, session: Any, scoped: dict[str, Any]) -> None:
         self._url = url
         self.name = name
         self._session = session  # botocore's Session
-        self.scoped: dict[str, Any] = {}  # the profile's settings, as botocore read them
+        self._scoped = scoped  # the profile's own section
 
     @classmethod
     def load(cls, url: str, name: str) -> _Profile:
@@ -253,29 +253,27 @@ class _Profile:
                 f"{url}: AWS profiles need boto3 (pip install boto3)", errno.EINVAL
             ) from None
         session = botocore.session.Session(profile=name or None)
-        profile = cls(url, name or "default", session)
+        found = name or "default"
         try:
-            profile.name = session.get_config_variable("profile") or "default"
-            profile.scoped = session.get_scoped_config()
+            found = session.get_config_variable("profile") or "default"
+            scoped = session.get_scoped_config()
         except botocore.exceptions.ProfileNotFound:
-            raise StoreError(
-                f"{url}: AWS profile {profile.name!r} not found", errno.EINVAL
-            ) from None
+            raise StoreError(f"{url}: AWS profile {found!r} not found", errno.EINVAL) from None
         except botocore.exceptions.BotoCoreError as e:
             # botocore's messages name files and profiles, never key material.
             raise StoreError(f"{url}: AWS config: {scrub(e)}", errno.EINVAL) from None
-        return profile
+        return cls(url, found, session, scoped)
 
     def setting(self, name: str) -> str:
         """``name`` of the profile; for ``endpoint_url``, the ``s3`` entry of the
         profile's ``services`` section comes first, as in the AWS CLI."""
         if name == "endpoint_url":
             services = self._session.full_config.get("services", {})
-            section = services.get(self.scoped.get("services", ""), {})
+            section = services.get(self._scoped.get("services", ""), {})
             s3 = section.get("s3", {}) if isinstance(section, dict) else {}
             if isinstance(s3, dict) and isinstance(s3.get("endpoint_url"), str):
                 return str(s3["endpoint_url"]).strip()
-        value = self.scoped.get(name, "")
+        value = self._scoped.get(name, "")
         return value.strip() if isinstance(value, str) else ""
 
     def credentials(self) -> Any:

@@ -1,4 +1,5 @@
-"""The writer lease of an S3 store: one read-write mount of a bucket prefix at a time.
+"""The writer lease of an object store (S3, Google Cloud Storage, Azure): one
+read-write mount of a bucket prefix at a time.
 
 On one machine a read-write mount holds an exclusive ``flock`` on a file of the run
 directory named by a digest of the endpoint, bucket and prefix; the kernel drops it
@@ -6,21 +7,22 @@ when the daemon ends, however it ends. Across machines it holds the lease object
 ``<prefix>/.zarrfs-lease`` (Zarr readers ignore it: it is no metadata document and
 no directory), a small JSON document naming its owner:
 
-- taken with a conditional create (If-None-Match: *), so of two mounts racing for it
-  one wins;
-- renewed every TTL/3 with a PUT conditioned on its own ETag, so a renewal finds
-  out when another mount has taken it over; the mount has then lost it and every
-  write fails (EIO) from then on, after one log line;
+- taken with a conditional create (If-None-Match: *; on Google Cloud Storage,
+  generation 0), so of two mounts racing for it one wins;
+- renewed every TTL/3 with a PUT conditioned on its own version (an ETag; on Google
+  Cloud Storage a generation), so a renewal finds out when another mount has taken
+  it over; the mount has then lost it and every write fails (EIO) from then on,
+  after one log line;
 - a lease not renewed for its TTL (its Last-Modified, by the server's clock, TTL
   seconds old) has expired: the daemon that held it died or lost the network, and
-  another mount takes it over with a PUT conditioned on its ETag. A lease of this
+  another mount takes it over with a PUT conditioned on its version. A lease of this
   machine (same host, boot, PID namespace and user) whose process is gone is taken
   over at once: a SIGKILLed daemon does not keep its store for a TTL;
 - a mount stops writing itself when it could not renew for 5/6 of the TTL (each
   write tries a renewal first), before any other mount may find the lease expired;
 - deleted at umount, if it is still this mount's.
 
-S3 cannot fence a request already sent: a PUT delayed past the TTL by a network
+No store can fence a request already sent: a PUT delayed past the TTL by a network
 partition can still arrive after another mount took over (each one conditional on
 a version, so it cannot replace what the new owner has written since).
 """
@@ -71,33 +73,41 @@ class Conflict(Exception):
 
 @dataclass
 class LeaseObject:
-    """The lease as read: its document (parsed, or {}), ETag and age in seconds."""
+    """The lease as read: its document (parsed, or {}), version and age in seconds."""
 
     owner: dict[str, Any]
-    etag: str
+    version: str
     age: float
 
 
 @dataclass
 class LeaseIO:
-    """The S3 requests of the lease, made by the store (its error handling)."""
+    """The requests of the lease, made by the store (its error handling)."""
 
-    put: Callable[[bytes, Any], str]  # (body, mode) -> new ETag; Conflict
+    # (body, the version it replaces or None to create it) -> its new version; Conflict
+    put: Callable[[bytes, str | None], str]
     get: Callable[[], LeaseObject | None]
-    head: Callable[[], str | None]  # the current ETag
+    head: Callable[[], str | None]  # the current version
     delete: Callable[[], None]
 
 
-def lease_io(call: Callable[..., Any]) -> LeaseIO:
+def lease_io(
+    call: Callable[..., Any],
+    version_of: Callable[[Any], Any],
+    replace_mode: Callable[[Any], Any],
+) -> LeaseIO:
     """The lease's requests through ``call(action, obstore function, *args, **kw)``:
-    the store's error handling, None for a missing object or a failed condition."""
+    the store's error handling, None for a missing object or a failed condition;
+    ``version_of`` names an object's version in its metadata, ``replace_mode`` is
+    the PUT mode conditioned on one (the store's own)."""
 
-    def put(body: bytes, mode: Any) -> str:
+    def put(body: bytes, version: str | None) -> str:
+        mode = "create" if version is None else replace_mode(version)
         kw = {"mode": mode, "use_multipart": False, "conditional": True}
         stored = call("writing", obstore.put, LEASE_KEY, body, **kw)
         if stored is None:
             raise Conflict
-        return str(stored.get("e_tag") or "")
+        return str(version_of(stored) or "")
 
     def get() -> LeaseObject | None:
         found = call("reading", obstore.get, LEASE_KEY)
@@ -107,11 +117,11 @@ def lease_io(call: Callable[..., Any]) -> LeaseIO:
         if meta["size"] <= LEASE_LIMIT:  # a larger body is dropped unread
             data = bytes(call("reading", lambda _: found.bytes()) or b"")
         age = time.time() - meta["last_modified"].timestamp()
-        return LeaseObject(parse_lease(data), meta["e_tag"], age)
+        return LeaseObject(parse_lease(data), str(version_of(meta)), age)
 
     def head() -> str | None:
         meta = call("reading", obstore.head, LEASE_KEY)
-        return None if meta is None else str(meta["e_tag"])
+        return None if meta is None else str(version_of(meta))
 
     def delete() -> None:
         call("deleting", obstore.delete, LEASE_KEY)
@@ -228,7 +238,7 @@ class WriterLease:
             "lock": lock_digest,
         }
         self._lock = threading.Lock()
-        self._etag: str | None = None
+        self._version: str | None = None  # the lease's, as this mount last stored it
         self._sent = 0.0  # monotonic time the last successful renewal was sent
         self.lost: str | None = None  # why writes are refused for good
         self._failing = False  # renewals failing (logged once)
@@ -242,7 +252,7 @@ class WriterLease:
         for _ in range(3):
             sent = time.monotonic()
             try:
-                self._etag = self._io.put(self._document(), "create")
+                self._version = self._io.put(self._document(), None)
                 self._sent = sent
                 break
             except Conflict:
@@ -254,7 +264,7 @@ class WriterLease:
                 raise StoreError(self._refusal(found), errno.EBUSY)
             sent = time.monotonic()
             try:
-                self._etag = self._io.put(self._document(), {"e_tag": found.etag})
+                self._version = self._io.put(self._document(), found.version)
             except Conflict:
                 continue  # another mount took it first, or it was renewed: look again
             self._sent = sent
@@ -305,11 +315,11 @@ class WriterLease:
 
     def renew(self) -> None:
         with self._lock:
-            if self.lost is not None or self._etag is None:
+            if self.lost is not None or self._version is None:
                 return
             sent = time.monotonic()
             try:
-                self._etag = self._io.put(self._document(), {"e_tag": self._etag})
+                self._version = self._io.put(self._document(), self._version)
             except Conflict:
                 self.lost = (
                     f"the writer lease {self._where} was taken over by another mount: "
@@ -348,14 +358,14 @@ class WriterLease:
         if self._thread is not None:
             self._thread.join(timeout=60)
         with self._lock:
-            if self.lost is not None or self._etag is None:
+            if self.lost is not None or self._version is None:
                 return
-            etag, self._etag = self._etag, None
+            version, self._version = self._version, None
             self.lost = f"the writer lease {self._where} was released: the mount is ending"
             try:
-                # S3 deletes unconditionally: compared first, so that a lease taken
+                # obstore deletes unconditionally: compared first, so that a lease taken
                 # over in the meantime is not removed (bar a request in between).
-                if self._io.head() == etag:
+                if self._io.head() == version:
                     self._io.delete()
             except StoreError as e:
                 log.warning(

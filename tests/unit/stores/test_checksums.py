@@ -61,6 +61,11 @@ def test_the_checksum_of_s3_metadata() -> None:
     assert from_attributes({}) is None  # written by another tool: nothing to check
     for bad in ("not base64!", "", b64(b"12345"), "AAAA=", "AAAA AAA="):
         assert from_attributes({"zarrfs-crc32c": bad}) is None, bad
+    azure = checksums.put_attributes(b"value", checksums.AZURE_METADATA)
+    assert azure == {"zarrfs_crc32c": good["zarrfs-crc32c"]}
+    found = from_attributes(azure, checksums.AZURE_METADATA, checksums.AZURE_HEADER)
+    assert found == Expected("crc32c", expected.digest, "x-ms-meta-zarrfs_crc32c")
+    assert from_attributes(azure) is None  # another name
 
 
 @pytest.mark.parametrize(
@@ -72,6 +77,8 @@ def test_the_checksum_of_s3_metadata() -> None:
         ("x-amz-checksum-sha256", "sha256", hashlib.sha256(CHECK).digest()),
         ("Content-MD5", "md5", hashlib.md5(CHECK).digest()),
         ("x-amz-meta-zarrfs-crc32c", "crc32c", crc32c(CHECK).to_bytes(4, "big")),
+        ("x-goog-meta-zarrfs-crc32c", "crc32c", crc32c(CHECK).to_bytes(4, "big")),
+        ("x-ms-meta-zarrfs_crc32c", "crc32c", crc32c(CHECK).to_bytes(4, "big")),
     ],
 )
 def test_each_header_of_a_whole_body(name: str, algorithm: str, digest: bytes) -> None:

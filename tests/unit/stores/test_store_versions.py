@@ -1,4 +1,4 @@
-"""Versions and conditional reads of the directory, HTTP and S3 stores: ``stat``
+"""Versions and conditional reads of the directory, HTTP, S3, GCS and Azure stores: ``stat``
 names the version ``fetch`` and ``fetch_ranges`` read, naming it back answers
 UNCHANGED without a body (HTTP 304), and a replaced value has another version."""
 
@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clouds import Cloud
 from tests.support.http_server import HttpServer
 from tests.support.servers import Bucket
 from zarrfs.stores.base import UNCHANGED, Store
 from zarrfs.stores.directory import DirectoryStore
 from zarrfs.stores.http import HttpStore
+from zarrfs.stores.location import open_store
 from zarrfs.stores.s3 import S3Store
 
 VALUE = bytes(range(256)) * 4
@@ -98,3 +100,29 @@ def test_s3_ranges_of_a_replaced_object_are_of_one_version(
     assert found is not None and found is not UNCHANGED
     assert found[1] == store.stat("k")
     assert found[0] == [b"NEW VALUE"[s : s + n] for s, n in ranges]
+
+
+def test_cloud_versions(cloud: Cloud) -> None:
+    """GCS: generations, no conditional GET (the value is read and its generation
+    compared); Azure: ETags, If-None-Match answered 304."""
+    cloud.put("p/a/0", VALUE)
+    store = open_store(cloud.url("p"))
+    check_versions(store, lambda value: cloud.put("p/a/0", value))
+    version = store.stat("a/0")
+    assert version is not None
+    if cloud.url().startswith("gs://"):
+        assert version.tag.isdigit()  # the generation
+
+
+@pytest.mark.parametrize("ranges", [[(0, 2)], [(0, 2), (5, 1)], [(-3, 3)]])
+def test_cloud_ranges_of_a_replaced_object_are_of_one_version(
+    cloud: Cloud, ranges: list[tuple[int, int]]
+) -> None:
+    cloud.put("k", b"old value")
+    store = open_store(cloud.url())
+    old = store.stat("k")
+    cloud.put("k", b"NEW VALUE")
+    found = store.fetch_ranges("k", ranges, unless=old)
+    assert found is not None and found is not UNCHANGED
+    assert found[1] == store.stat("k")
+    assert found[0] == [b"NEW VALUE"[s : s + n if s + n else None] for s, n in ranges]
