@@ -116,7 +116,7 @@ def test_echo_to_refresh_on_a_read_write_mount(tmp_path: Path) -> None:
         raw = m / "array.raw"
         assert _raw(raw) == arr[:].tobytes()
         arr[:] = 9
-        subprocess.run(["sh", "-c", f"echo 1 > {m / '.zarrfs' / 'refresh'}"], check=True)
+        subprocess.run(["bash", "-c", f"echo 1 > {m / '.zarrfs' / 'refresh'}"], check=True)
         assert _raw(raw) == arr[:].tobytes()
 
 
