@@ -26,13 +26,8 @@ LATENCY = 0.3  # seconds the proxy adds to every request
 
 def upload_empty_array(bucket: Bucket, local: Path) -> None:
     """A v3 array of CHUNKS chunks, none stored (all fill value), into the bucket."""
-    zarr.create_array(
-        store=str(local),
-        shape=(CHUNKS * CHUNK_ROWS, COLUMNS),
-        chunks=(CHUNK_ROWS, COLUMNS),
-        dtype="<f4",
-        fill_value=0.0,
-    )
+    rows = CHUNKS * CHUNK_ROWS
+    zarr.create_array(str(local), shape=(rows, COLUMNS), chunks=(CHUNK_ROWS, COLUMNS), dtype="<f4")
     for path in sorted(local.rglob("*")):
         if path.is_file():
             bucket.put(f"a.zarr/{path.relative_to(local)}", path.read_bytes())
@@ -46,6 +41,15 @@ def stored(bucket: Bucket, local: Path) -> np.ndarray:
         body = bucket.client.get_object(Bucket=bucket.name, Key=key)["Body"].read()
         target.write_bytes(body)
     return np.asarray(zarr.open_array(str(local), mode="r")[...])
+
+
+def write_backwards(fd: int, values: np.ndarray) -> None:
+    """A pwrite per chunk, the last first: none continues the one before, so nothing
+    is stored behind the writer and every chunk waits for the fsync."""
+    raw = values.tobytes()
+    size = CHUNK_ROWS * COLUMNS * 4
+    for offset in range((CHUNKS - 1) * size, -1, -size):
+        os.pwrite(fd, raw[offset : offset + size], offset)
 
 
 def timed_fsync(fd: int) -> float:
@@ -68,9 +72,9 @@ def test_a_flush_of_n_chunks_takes_a_few_round_trips_not_n(
             fd = os.open(m.path / "array.raw", os.O_RDWR)
             try:
                 proxy.delay = LATENCY
-                os.pwrite(fd, first.tobytes(), 0)
+                write_backwards(fd, first)
                 created = timed_fsync(fd)  # CHUNKS new objects: one PUT each
-                os.pwrite(fd, second.tobytes(), 0)
+                write_backwards(fd, second)
                 replaced = timed_fsync(fd)  # each conditional on the ETag its PUT answered
                 proxy.delay = 0.0
             finally:
@@ -92,7 +96,7 @@ def test_a_put_failing_among_many_fails_the_fsync_and_loses_nothing(
             fd = os.open(m.path / "array.raw", os.O_RDWR)
             try:
                 proxy.delay = LATENCY
-                os.pwrite(fd, new.tobytes(), 0)
+                write_backwards(fd, new)
                 proxy.fail(1000)  # more than every PUT's retries
                 with pytest.raises(OSError) as info:
                     os.fsync(fd)
