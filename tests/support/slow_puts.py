@@ -91,6 +91,16 @@ class SlowPutStore(DirectoryStore):
         finally:
             self._end([key], "set")
 
+    def delete(self, key: str, *, durable: bool = True) -> None:
+        self._begin([key])
+        try:
+            time.sleep(self.latency)
+            if key in self.failing:
+                raise StoreError(f"deleting {key}: HTTP 500", errno.EIO)
+            super().delete(key, durable=durable)
+        finally:
+            self._end([key], "delete")
+
 
 def v2_array(
     root: Path, rows: int, columns: int, chunk_rows: int, latency: float, threads: int
@@ -99,9 +109,15 @@ def v2_array(
     ``SlowPutStore``, with write-back putting at most ``threads`` values at once."""
     data = zlib_array(root, rows, columns, chunk_rows)
     store = SlowPutStore(str(root), latency)
-    zarray = (root / ".zarray").read_bytes()
-    state, writeback = _state(store, parse_array("", zarray, None), {".zarray": zarray}, threads)
-    return state, writeback, store, data
+    writeback = _writeback(store, threads)
+    return open_v2(store, writeback, ""), writeback, store, data
+
+
+def open_v2(store: SlowPutStore, writeback: WriteBack, path: str) -> ArrayState:
+    """The state of the v2 array at ``path`` of ``store``, flushed by ``writeback``."""
+    zarray = (Path(store.root) / path / ".zarray").read_bytes()
+    meta = parse_array(path, zarray, None)
+    return ArrayState(meta, Documents({".zarray": zarray}), writeback.cache, writeback)
 
 
 def v3_array(
@@ -112,15 +128,19 @@ def v3_array(
     document = (root / "zarr.json").read_bytes()
     meta = parse_node("", document)
     assert isinstance(meta, ArrayMeta)
-    state, writeback = _state(store, meta, {"zarr.json": document}, threads)
+    writeback = _writeback(store, threads)
+    state = ArrayState(meta, Documents({"zarr.json": document}), writeback.cache, writeback)
     return state, writeback, store
 
 
-def _state(
-    store: SlowPutStore, meta: ArrayMeta, documents: dict[str, bytes], threads: int
-) -> tuple[ArrayState, WriteBack]:
-    cache = ChunkCache(store, 1 << 22)
-    writeback = WriteBack(store, cache, budget=1 << 30, interval=3600)
+def _writeback(store: SlowPutStore, threads: int) -> WriteBack:
+    """Write-back over ``store``, putting at most ``threads`` values at once."""
+    writeback = WriteBack(store, ChunkCache(store, 1 << 22), budget=1 << 30, interval=3600)
     writeback.storing.put_pool = WorkerPool(threads, "test-put")
-    state = ArrayState(meta, Documents(documents), cache, writeback)
-    return state, writeback
+    return writeback
+
+
+def slow_store(root: Path, latency: float, threads: int) -> tuple[SlowPutStore, WriteBack]:
+    """A ``SlowPutStore`` of ``root`` and write-back over it; arrays by ``open_v2``."""
+    store = SlowPutStore(str(root), latency)
+    return store, _writeback(store, threads)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -20,9 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.batches import wait_for
-from tests.support.slow_puts import v2_array, v3_array
+from tests.support.slow_puts import open_v2, slow_store, v2_array, v3_array
+from tests.support.stores import zlib_array
 from zarrfs.core.pool import FETCH_THREADS, PUT_THREADS
+from zarrfs.core.write.storing import Storing
 from zarrfs.errors import StoreError
+from zarrfs.stores.directory import DirectoryStore
 
 COLUMNS, CHUNK_ROWS = 64, 4
 CHUNK = CHUNK_ROWS * COLUMNS * 4  # 1 KiB
@@ -110,6 +114,91 @@ def test_a_grows_metadata_is_stored_after_every_chunk(tmp_path: Path) -> None:
     expected = np.concatenate([data, more])
     expected[:CHUNK_ROWS] += 1
     np.testing.assert_array_equal(stored(tmp_path), expected)
+
+
+def test_a_shrinks_deletions_go_at_once_after_its_metadata(tmp_path: Path) -> None:
+    chunks = 16
+    state, writeback, store, data = v2_array(
+        tmp_path, chunks * CHUNK_ROWS, COLUMNS, CHUNK_ROWS, 0.2, 8
+    )
+
+    async def main() -> float:
+        state.truncate(CHUNK_ROWS * COLUMNS * 4)  # one chunk left
+        started = time.monotonic()
+        await writeback.flush_array(state)
+        return time.monotonic() - started
+
+    elapsed = trio.run(main)
+    deletes = [i for i, (what, _) in enumerate(store.events) if what == "delete"]
+    (zarray,) = [i for i, (_, key) in enumerate(store.events) if key == ".zarray"]
+    assert len(deletes) == chunks - 1 and min(deletes) > zarray, store.events
+    assert store.most_in_flight == 8
+    assert elapsed < chunks * 0.2 / 2
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["0.0"]
+    np.testing.assert_array_equal(stored(tmp_path), data[:CHUNK_ROWS])
+
+
+def test_a_flush_of_every_array_puts_all_their_chunks_at_once(tmp_path: Path) -> None:
+    """.zarrfs/flush and unmount: six arrays of two chunks each, twelve PUTs at once."""
+    names = [f"a{i}" for i in range(6)]
+    originals = {
+        name: zlib_array(tmp_path / name, 2 * CHUNK_ROWS, COLUMNS, CHUNK_ROWS) for name in names
+    }
+    store, writeback = slow_store(tmp_path, 0.2, 32)
+    states = {name: open_v2(store, writeback, name) for name in names}
+
+    async def main() -> float:
+        for name, state in states.items():
+            await state.write(0, (originals[name] + 1).tobytes())
+        started = time.monotonic()
+        await writeback.flush_all()
+        return time.monotonic() - started
+
+    elapsed = trio.run(main)
+    assert store.most_in_flight == 12
+    assert elapsed < 12 * 0.2 / 2
+    for name in names:
+        np.testing.assert_array_equal(stored(tmp_path / name), originals[name] + 1)
+
+
+class GatedSync(DirectoryStore):
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.gate = threading.Event()
+        self.synced: list[list[str]] = []
+
+    def sync(self, keys: list[str]) -> None:
+        assert self.gate.wait(10)
+        self.synced.append(keys)
+
+
+def test_a_sync_returns_only_once_a_sync_under_way_made_its_keys_durable(
+    tmp_path: Path,
+) -> None:
+    """Two flushes at once: the first's sync took the second's keys too; the second
+    must not return (an fsync, a close) before those keys are durable."""
+    store = GatedSync(str(tmp_path))
+    storing = Storing(store, threads=2)
+    done: list[str] = []
+
+    async def sync(name: str) -> None:
+        await storing.sync()
+        done.append(name)
+
+    async def main() -> None:
+        storing.replaced("a/0.0")
+        storing.replaced("b/0.0")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sync, "first")
+            await trio.sleep(0.05)
+            nursery.start_soon(sync, "second")
+            await trio.sleep(0.2)
+            assert done == [], "returned while its keys were still being synced"
+            store.gate.set()
+
+    trio.run(main)
+    assert sorted(done) == ["first", "second"]
+    assert store.synced == [["a/0.0", "b/0.0"]]
 
 
 def test_shards_are_put_at_once_and_each_shard_by_one_batch_at_a_time(tmp_path: Path) -> None:

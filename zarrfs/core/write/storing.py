@@ -16,6 +16,7 @@ knows its own outcome. The keys replaced but not yet durable are kept until
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import trio
 from zarrfs.core.counters import Staged
 from zarrfs.core.pool import PUT_THREADS, WorkerPool
 from zarrfs.core.write.staging import delete_chunk, stage_unit, store_metadata, stored_units
+from zarrfs.errors import ZarrfsError
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.grid.shards import ShardIndex
 from zarrfs.formats.model import ArrayMeta
@@ -41,6 +43,9 @@ class Storing:
         # Batches run concurrently; their commits one at a time.
         self._commit_lock = trio.Lock()
         self._unsynced: set[str] = set()  # keys replaced but not yet made durable
+        # One sync at a time: a flush that finds its keys taken by a sync under way
+        # must not return before that sync has made them durable.
+        self._sync_lock = trio.Lock()
 
     async def stage(
         self, meta: ArrayMeta, unit: Index, chunks: dict[Index, np.ndarray], dropped: set[int]
@@ -73,15 +78,18 @@ class Storing:
         self._unsynced.add(key)
 
     async def sync(self) -> None:
-        """Make every key replaced so far durable: one fsync per directory."""
-        keys, self._unsynced = sorted(self._unsynced), set()
-        if keys:
-            try:
-                with trio.CancelScope(shield=True):
-                    await self.io_pool.run(self.store.sync, keys)
-            except BaseException:
-                self._unsynced.update(keys)
-                raise
+        """Make every key replaced so far durable: one fsync per directory. Returns
+        once those a sync under way took are durable too (or it failed and gave
+        them back, and this one tried them again)."""
+        async with self._sync_lock:
+            keys, self._unsynced = sorted(self._unsynced), set()
+            if keys:
+                try:
+                    with trio.CancelScope(shield=True):
+                        await self.io_pool.run(self.store.sync, keys)
+                except BaseException:
+                    self._unsynced.update(keys)
+                    raise
 
     async def delete_chunk(self, meta: ArrayMeta, index: Index) -> None:
         await self.io_pool.run(delete_chunk, self.store, meta, index)
@@ -96,10 +104,32 @@ class Storing:
         consolidated: tuple[str, bytes] | None,
         stale_keys: list[str],
     ) -> Staged:
-        """A resize's documents, then the deletion of the keys it left stale."""
-        return await self.io_pool.run(
-            store_metadata, self.store, key, document, consolidated, stale_keys
-        )
+        """A resize's documents, then the deletion of the keys it left stale (on a
+        remote store all at once, in the put pool, once the documents are stored)."""
+        if not self.each_unit or not stale_keys:
+            return await self.io_pool.run(
+                store_metadata, self.store, key, document, consolidated, stale_keys
+            )
+        did = await self.io_pool.run(store_metadata, self.store, key, document, consolidated, [])
+        await self._at_once(self.store.delete, stale_keys)
+        return Staged(nbytes=did.nbytes, deleted=len(stale_keys))
+
+    async def _at_once(self, action: Callable[[str], object], keys: list[str]) -> None:
+        """``action(key)`` for every key, all at once in the put pool; the first
+        failure is raised once every one has ended."""
+        errors: list[ZarrfsError] = []
+
+        async def one(key: str) -> None:
+            try:
+                await self.put_pool.run(action, key)
+            except ZarrfsError as e:
+                errors.append(e)
+
+        async with trio.open_nursery() as nursery:
+            for key in keys:
+                nursery.start_soon(one, key)
+        if errors:
+            raise errors[0]
 
 
 def put_unit(

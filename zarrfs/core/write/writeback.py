@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import trio
+
 from zarrfs.core.pool import default_threads
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.admission import Admission
@@ -125,13 +127,26 @@ class WriteBack:
         return [(state, index) for index in state.dirty], held
 
     async def flush_all(self) -> None:
-        errors = []
-        for state in self.states():
+        """Every array stored as ``store_array`` stores it; the first failure is
+        raised once every array was tried. On a remote store all arrays at once,
+        their PUTs together in flight; on a local one, one after the other (its
+        commits go one at a time whatever the order)."""
+        errors: list[ZarrfsError] = []
+
+        async def flush(state: ArrayState) -> None:
             try:
                 await self.store_array(state)
             except ZarrfsError as e:
                 errors.append(e)
                 log.error("flush of %s failed: %s", state.meta.display_name, e)
+
+        if not self.storing.each_unit:
+            for state in self.states():
+                await flush(state)
+        else:
+            async with trio.open_nursery() as nursery:
+                for state in self.states():
+                    nursery.start_soon(flush, state)
         if errors:
             raise errors[0]
 
