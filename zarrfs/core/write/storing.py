@@ -16,7 +16,7 @@ knows its own outcome. The keys replaced but not yet durable are kept until
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import trio
 from zarrfs.core.counters import Staged
 from zarrfs.core.pool import PUT_THREADS, WorkerPool
 from zarrfs.core.write.staging import delete_chunk, stage_unit, store_metadata, stored_units
-from zarrfs.errors import ZarrfsError
+from zarrfs.core.write.together import each_at_once
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.grid.shards import ShardIndex
 from zarrfs.formats.model import ArrayMeta
@@ -111,25 +111,8 @@ class Storing:
                 store_metadata, self.store, key, document, consolidated, stale_keys
             )
         did = await self.io_pool.run(store_metadata, self.store, key, document, consolidated, [])
-        await self._at_once(self.store.delete, stale_keys)
+        await each_at_once(functools.partial(self.put_pool.run, self.store.delete), stale_keys)
         return Staged(nbytes=did.nbytes, deleted=len(stale_keys))
-
-    async def _at_once(self, action: Callable[[str], object], keys: list[str]) -> None:
-        """``action(key)`` for every key, all at once in the put pool; the first
-        failure is raised once every one has ended."""
-        errors: list[ZarrfsError] = []
-
-        async def one(key: str) -> None:
-            try:
-                await self.put_pool.run(action, key)
-            except ZarrfsError as e:
-                errors.append(e)
-
-        async with trio.open_nursery() as nursery:
-            for key in keys:
-                nursery.start_soon(one, key)
-        if errors:
-            raise errors[0]
 
 
 def put_unit(

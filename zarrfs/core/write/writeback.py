@@ -18,8 +18,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import trio
-
 from zarrfs.core.pool import default_threads
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.write.admission import Admission
@@ -31,6 +29,7 @@ from zarrfs.core.write.periodic import PeriodicFlush
 from zarrfs.core.write.ratelimit import Backoff, RateLimitedLog
 from zarrfs.core.write.resizes import Resizes
 from zarrfs.core.write.storing import Storing
+from zarrfs.core.write.together import each_at_once, each_in_turn
 from zarrfs.errors import InvalidArgumentError, ZarrfsError
 from zarrfs.formats.grid.layout import Index
 from zarrfs.stores.base import Store
@@ -131,24 +130,18 @@ class WriteBack:
         raised once every array was tried. On a remote store all arrays at once,
         their PUTs together in flight; on a local one, one after the other (its
         commits go one at a time whatever the order)."""
-        errors: list[ZarrfsError] = []
 
         async def flush(state: ArrayState) -> None:
             try:
                 await self.store_array(state)
             except ZarrfsError as e:
-                errors.append(e)
                 log.error("flush of %s failed: %s", state.meta.display_name, e)
+                raise
 
-        if not self.storing.each_unit:
-            for state in self.states():
-                await flush(state)
+        if self.storing.each_unit:
+            await each_at_once(flush, self.states())
         else:
-            async with trio.open_nursery() as nursery:
-                for state in self.states():
-                    nursery.start_soon(flush, state)
-        if errors:
-            raise errors[0]
+            await each_in_turn(flush, self.states())
 
     # -- what is not yet stored ---------------------------------------------------------
 
