@@ -37,8 +37,10 @@ def stored(root: Path) -> np.ndarray:
     return np.asarray(zarr.open_array(str(root), mode="r")[...])
 
 
-def test_puts_in_flight_are_bounded_by_the_connections() -> None:
-    assert PUT_THREADS == FETCH_THREADS, "as many PUTs as fetches in flight"
+def test_puts_in_flight_are_bounded_by_the_connections(tmp_path: Path) -> None:
+    storing = Storing(DirectoryStore(str(tmp_path)), threads=2)
+    assert storing.put_pool.threads == PUT_THREADS == FETCH_THREADS, "as many as fetches"
+    assert not storing.each_unit, "a local store commits batches"
 
 
 @pytest.mark.parametrize("threads", [4, 32])
