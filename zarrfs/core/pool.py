@@ -28,8 +28,11 @@ T = TypeVar("T")
 URGENT = 0  # a reader waits for it
 BACKGROUND = 1  # read-ahead
 
-# Requests in flight to a remote store (threads that mostly wait on the network).
+# Requests in flight to a remote store (threads that mostly wait on the network):
+# reads in the fetch pool, and as many writes in write-back's put pool. obstore
+# itself caps no connections: one request per thread, so these are the bound.
 FETCH_THREADS = 32
+PUT_THREADS = FETCH_THREADS
 
 
 def _name_native_thread(name: str) -> None:

@@ -7,7 +7,10 @@ it or has failed: then the chunks are clean (cached, or dropped from the cache),
 dirty again, and nothing is lost. If a chunk changed while its snapshot was being
 stored, it stays dirty for the next flush. A unit held by one batch is not taken
 by another until the first is done with it, so an older snapshot never overtakes a
-newer one in the store. The rules are docs/concurrency.md's ("Writes").
+newer one in the store. On a remote store each unit is PUT as soon as it is
+staged, all of a batch's at once (bounded by the put pool, ``Storing.put``), and
+released as soon as its PUT is answered; the batch still ends only after every
+one of them. The rules are docs/concurrency.md's ("Writes").
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Batch:
         self.waiting = expected  # units neither staged nor given up yet
         self.keep = keep  # stored chunks stay in the decoded-chunk cache
         self.staged: list[Any] = []
+        self.stored = False  # a value was put in place (a remote store's units)
         self.ready = trio.Event()
         self.committed = trio.Event()
         self.error: ZarrfsError | None = None
@@ -89,7 +93,9 @@ class Batches:
         dirty chunks, ``rewrite`` ones even if not (shards holding chunks a shrink
         made stale). Units are encoded and staged concurrently, committed together
         (their bytes made durable, then renamed into place); ``Storing.sync`` then
-        syncs their directories. With ``keep``, stored chunks stay in the
+        syncs their directories. On a remote store each unit is PUT on its own,
+        all at once up to the put pool's threads, and the batch returns once every
+        PUT is answered. With ``keep``, stored chunks stay in the
         decoded-chunk cache. Batches run concurrently (the workers' queue bounds the
         parallelism), so one encodes while another commits; a unit still held by an
         earlier batch waits for it, so an older snapshot never overtakes a newer one.
@@ -106,7 +112,8 @@ class Batches:
                     await self._start(nursery, state, unit, forced, batch, errors)
                 await batch.ready.wait()
                 try:
-                    await self._storing.commit(batch.staged)
+                    if not self._storing.each_unit:  # else each unit was put already
+                        await self._storing.commit(batch.staged)
                 except ZarrfsError as e:
                     batch.error = e
                 finally:
@@ -115,7 +122,7 @@ class Batches:
             self._counters.store_failed(errors[0])
             self._backoff.failed(errors[0])
             raise errors[0]
-        if batch.staged:
+        if batch.staged or batch.stored:
             self._backoff.stored()
 
     async def _start(
@@ -184,24 +191,32 @@ class Batches:
             data = {index: dirty.data for index, dirty in members.items()}
             dropped = state.dropped_positions(unit)
             try:
-                staged, stored_index, did = await self._storing.stage(meta, unit, data, dropped)
-                self._counters.staged(did)
-                if staged is not None:
-                    batch.staged.append(staged)
-                batch.arrive()
-                arrived = True
-                await batch.committed.wait()
-                if staged is not None and batch.error is not None:
-                    stored_index = _UNKNOWN
-                    raise batch.error
-                self._counters.committed(did)
+                if self._storing.each_unit:
+                    # Its own PUT: answered, the unit is done, whatever the others do.
+                    put, stored_index, did = await self._storing.put(meta, unit, data, dropped)
+                    self._counters.stored(did)
+                    batch.stored |= put
+                    deleted = not put
+                else:
+                    staged, stored_index, did = await self._storing.stage(meta, unit, data, dropped)
+                    self._counters.staged(did)
+                    deleted = staged is None
+                    if not deleted:
+                        batch.staged.append(staged)
+                    batch.arrive()
+                    arrived = True
+                    await batch.committed.wait()
+                    if not deleted and batch.error is not None:
+                        stored_index = _UNKNOWN
+                        raise batch.error
+                    self._counters.committed(did)
             except BaseException:
                 state.chunks.thaw(members)  # nothing lost: dirty again
                 raise
             finally:
                 self._storing.replaced(meta.unit_key(unit))
                 state.chunks.unfreeze(members)
-            await self._stored(state, meta, data, staged is None, stored_index, batch.keep)
+            await self._stored(state, meta, data, deleted, stored_index, batch.keep)
         finally:
             if meta.shards is not None:
                 self._cache.end_replace(meta.path, unit, stored_index)

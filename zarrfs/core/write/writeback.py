@@ -29,6 +29,7 @@ from zarrfs.core.write.periodic import PeriodicFlush
 from zarrfs.core.write.ratelimit import Backoff, RateLimitedLog
 from zarrfs.core.write.resizes import Resizes
 from zarrfs.core.write.storing import Storing
+from zarrfs.core.write.together import each_at_once, each_in_turn
 from zarrfs.errors import InvalidArgumentError, ZarrfsError
 from zarrfs.formats.grid.layout import Index
 from zarrfs.stores.base import Store
@@ -125,15 +126,22 @@ class WriteBack:
         return [(state, index) for index in state.dirty], held
 
     async def flush_all(self) -> None:
-        errors = []
-        for state in self.states():
+        """Every array stored as ``store_array`` stores it; the first failure is
+        raised once every array was tried. On a remote store all arrays at once,
+        their PUTs together in flight; on a local one, one after the other (its
+        commits go one at a time whatever the order)."""
+
+        async def flush(state: ArrayState) -> None:
             try:
                 await self.store_array(state)
             except ZarrfsError as e:
-                errors.append(e)
                 log.error("flush of %s failed: %s", state.meta.display_name, e)
-        if errors:
-            raise errors[0]
+                raise
+
+        if self.storing.each_unit:
+            await each_at_once(flush, self.states())
+        else:
+            await each_in_turn(flush, self.states())
 
     # -- what is not yet stored ---------------------------------------------------------
 
