@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 # A PUT answered 412 is retried over the mount's own late requests at most so often.
 _RESOLUTIONS = 4
-_STRIPES = 64  # writes of one object are serialised (locks by a hash of its path)
+# Writes of one object are serialised (locks by a hash of its path); with a flush's 32
+# PUTs in flight, 4096 locks make two unrelated keys sharing one rare.
+_STRIPES = 4096
 
 
 class ObjectStore(ObjectReads):
