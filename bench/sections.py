@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import layouts, listings, random_access, remote, sequential, sharded, writes
+from bench import (
+    layouts,
+    listings,
+    network,
+    random_access,
+    remote,
+    sequential,
+    sharded,
+    writes,
+)
 from bench.context import Bench
 from bench.results import Result
 
@@ -36,5 +45,6 @@ SECTIONS = {
         Section("sharded", sharded.sharded, "v3 shards: read and rewrite vs zarr-python"),
         Section("layouts", layouts.layouts, "rows, tiles, shards vs zarr-python, tensorstore"),
         Section("s3", remote.s3, "S3 on loopback vs zarr-python over obstore"),
+        Section("network", network.network, "S3 at 30 ms, 50 MB/s a connection: 3 readers"),
     )
 }
