@@ -254,6 +254,11 @@ async def _serve(shaper: Shaper) -> None:
     threading.Thread(target=commands, daemon=True).start()
     async with server:
         await done
+    # Connections still open end here, each task awaited (none left pending).
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _snapshot(shaper: Shaper) -> Counts:
