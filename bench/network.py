@@ -310,7 +310,7 @@ def listing(net: Network) -> list[Result]:
             f"<= {limit}",
             sent.requests <= limit,
         ),
-        below("network mount+ls -R time", seconds, "s", bound),
+        below("network mount+ls -R time", seconds * 1000, "ms", bound * 1000),
     ]
 
 
