@@ -20,9 +20,11 @@ The parts, lowest first (each imports only those above it):
 - ``reads``: the reference readers (zarr-python, tensorstore) and numpy's mapped sum;
 - ``context``: ``Bench``, what every section is given;
 - ``proxy``, ``s3servers``: the delay proxy and the S3 servers of the s3 section;
+  ``shaping``: the proxy of the network section (latency and a rate per connection),
+  run as ``python -m bench.shaping``;
 - the sections: ``sequential`` (read-seq, read-npy, readers, memory),
   ``random_access`` (read-random, write-random), ``writes`` (write-seq),
-  ``listings`` (metadata), ``sharded``, ``layouts``, ``remote`` (s3);
+  ``listings`` (metadata), ``sharded``, ``layouts``, ``remote`` (s3), ``network``;
 - ``sections``: the registry, in run order; ``__main__``: the command line.
 
 This package imports nothing on its own: ``python -m bench.memfs`` must start fast.

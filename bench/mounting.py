@@ -199,12 +199,18 @@ def dd_concurrently(m: Mounted, sources: list[Path]) -> tuple[list[float], float
 
 
 def metered_dd(
-    store: str | Path, work: Path, data: np.ndarray, what: str, server: int | None = None
+    store: str | Path,
+    work: Path,
+    data: np.ndarray,
+    what: str,
+    server: int | None = None,
+    options: tuple[str, ...] = (),
 ) -> tuple[float, cpumeter.Usage]:
     """Seconds of ``dd bs=1M`` of arr/array.raw on a fresh mount of ``store`` (a path
-    or URL), its first and last MiB checked after, and where the CPU went meanwhile
-    (``server``: the process group of a server the store is read from)."""
-    with mounted(store, log_dir=work) as m:
+    or URL; ``options``: the mount's), its first and last MiB checked after, and where
+    the CPU went meanwhile (``server``: the process group of a server the store is
+    read from)."""
+    with mounted(store, *options, log_dir=work) as m:
         raw = m / "arr" / "array.raw"
         if not raw.is_file():
             raise BenchError(f"{what}: no arr/array.raw under the mount\n{m.tail()}")

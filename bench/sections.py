@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from bench import (
     layouts,
     listings,
+    network,
     random_access,
     remote,
     remote_writes,
@@ -46,5 +47,6 @@ SECTIONS = {
         Section("layouts", layouts.layouts, "rows, tiles, shards vs zarr-python, tensorstore"),
         Section("s3", remote.s3, "S3 on loopback vs zarr-python over obstore"),
         Section("s3-flush", remote_writes.s3_flush, "fsync of 64 chunks, 0.3 s per request"),
+        Section("network", network.network, "S3 at 30 ms, 50 MB/s a connection: 3 readers"),
     )
 }

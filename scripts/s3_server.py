@@ -9,7 +9,7 @@ measures the clients instead. It answers:
   200, or 206 with Content-Range, or 416 InvalidRange for a range that starts at or
   past the end (as S3 and moto do: several ranges, or a range that cannot be parsed,
   get the whole object with 200); HEAD alike, without the body; If-Match on a GET
-  (412 for another version);
+  (412 for another version), then If-None-Match (304 for the current one);
 - PUT /BUCKET/KEY (a Content-Length body, no multipart upload), with S3's
   conditional writes: ``If-None-Match: *`` (412 PreconditionFailed where the key
   exists) and ``If-Match: ETAG`` (412 for another version, 404 NoSuchKey for
@@ -348,6 +348,7 @@ REASONS = {
     200: "OK",
     204: "No Content",
     206: "Partial Content",
+    304: "Not Modified",
     400: "Bad Request",
     404: "Not Found",
     411: "Length Required",
@@ -755,6 +756,11 @@ class Connection:
             if wanted is not None and wanted.strip() not in ("*", etag(st)):
                 message = "At least one of the pre-conditions you specified did not hold"
                 self._error(412, "PreconditionFailed", message, Condition="If-Match")
+                return
+            unless = self.headers.get("if-none-match")
+            if unless is not None and unless.strip() in ("*", etag(st)):
+                # As S3: the version the client holds is current, so no body.
+                self._headers(304, [f"ETag: {etag(st)}", "Content-Length: 0"], False)
                 return
             first, last = (0, size - 1) if span is None else span
             count = last - first + 1
