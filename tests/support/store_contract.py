@@ -80,6 +80,17 @@ class StoreContract:
         with pytest.raises(ValueError):
             store.get_range("z.json", 0, -1)
 
+    @pytest.mark.parametrize("length", [0, 1, 4, 10, 20])
+    def test_get_tail(self, make_store: MakeStore, length: int) -> None:
+        """The last bytes and the size (a shard index at its end), of any value."""
+        store = make_store(VALUES)
+        value = VALUES["z.json"]
+        assert store.get_tail("z.json", length) == (value[len(value) - length :], len(value))
+        assert store.get_tail("a/0.1", length) == (b"", 0)
+        assert store.get_tail("missing", length) is None
+        with pytest.raises(InvalidValueError):
+            store.get_tail("z.json", RANGE_LIMIT + 1)
+
     def test_size_and_contains(self, make_store: MakeStore) -> None:
         store = make_store(VALUES)
         for key, value in VALUES.items():

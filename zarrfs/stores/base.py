@@ -155,6 +155,20 @@ class Store(ABC):
             out.append(value[offset : offset + count])
         return out
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int] | None:
+        """The last ``length`` bytes of the value of ``key`` (all of it, if shorter)
+        and the value's size: a shard's index at its end, with the size its entries
+        are checked against; ``None`` when ``key`` does not exist. Stores that learn
+        the size from a suffix range's answer (S3's Content-Range) need one request;
+        this generic version asks the size first."""
+        check_ranges([(0, length)])
+        size = self.size(key)
+        if size is None:
+            return None
+        start = max(size - length, 0)
+        data = self.get_range(key, start, size - start)
+        return None if data is None else (data, size)
+
     def size(self, key: str) -> int | None:
         """The length of the value of ``key`` in bytes, ``None`` when it does not
         exist; refused as ``get`` refuses. A shard index needs no size first (one at

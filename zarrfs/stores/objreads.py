@@ -201,6 +201,31 @@ class ObjectReads(Store):
             return self._range_by_size(key, path, start, length)
         return None if value is MISSING else value
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int] | None:
+        """One suffix-ranged GET: the service's answer names the object's size."""
+        check_ranges([(0, length)])
+        path = _path(key)
+        if not path or not length or not self.suffix_ranges:
+            return super().get_tail(key, length)
+        since = self._versions.now()
+        bounds = {"suffix": length}
+        found = self._call("reading", key, _ranged_get, self._bucket, path, bounds, ranged=True)
+        if found is MISSING:
+            self._versions.seen(path, None, since)
+            return None
+        if found is UNSATISFIABLE:  # an empty object: the size decides
+            return super().get_tail(key, length)
+        body, meta = found
+        self._versions.seen(path, self._version_of(meta), since)
+        size = int(meta["size"])
+        if len(body) != min(length, size):
+            raise StoreError(
+                f"reading {self._where(key)}: {len(body)} bytes of its last "
+                f"{min(length, size)}",
+                errno.EIO,
+            )
+        return body, size
+
     def _ranged(self, key: str, path: str, bounds: Any, **kw: Any) -> Any:
         since = self._versions.now()
         found = self._call("reading", key, _ranged_get, self._bucket, path, bounds, **kw)

@@ -32,6 +32,9 @@ class ReadOnlyStore(WriteRefusingStore):
     def size(self, key: str) -> int | None:
         return self.inner.size(key)
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int] | None:
+        return self.inner.get_tail(key, length)
+
     def stat(self, key: str) -> Version | None:
         return self.inner.stat(key)
 

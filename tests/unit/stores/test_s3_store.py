@@ -384,3 +384,27 @@ def test_fork_after_use_fails_instead_of_hanging(s3_bucket: Bucket) -> None:
         f"StoreError: reading s3://{s3_bucket.name}/{PREFIX}/k: S3 was used before this "
         "process forked (open S3 stores after the fork)"
     )
+
+
+def test_a_shard_index_at_the_end_is_one_request(
+    s3_bucket: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail of an object and its size come in one suffix-ranged GET: no HEAD."""
+    from zarrfs.stores import objreads
+
+    store = fill(s3_bucket, {"shard": bytes(range(256)) * 8})
+    calls: list[str] = []
+    real_get, real_head = objreads.obstore.get, objreads.obstore.head
+
+    def counted_get(*args: object, **kw: object) -> object:
+        calls.append("GET")
+        return real_get(*args, **kw)  # type: ignore[arg-type]
+
+    def counted_head(*args: object, **kw: object) -> object:
+        calls.append("HEAD")
+        return real_head(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(objreads.obstore, "get", counted_get)
+    monkeypatch.setattr(objreads.obstore, "head", counted_head)
+    assert store.get_tail("shard", 16) == (bytes(range(240, 256)), 2048)
+    assert calls == ["GET"]

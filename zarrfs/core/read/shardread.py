@@ -1,5 +1,6 @@
-"""Reading a sharded array's inner chunks (worker threads): a shard's index, then
-one inner chunk's byte range, never the whole shard. Anything wrong with a shard
+"""Reading a sharded array's inner chunks (worker threads): a shard's index (its
+store's tail, with the size, in one request where the store can), then one inner
+chunk's byte range, never the whole shard. Anything wrong with a shard
 (cut short, its index failing its crc32c, entries past its end) is a ChunkError
 naming the array, the shard key and the inner chunk."""
 
@@ -7,7 +8,13 @@ from __future__ import annotations
 
 from zarrfs.errors import ChunkError, InvalidValueError
 from zarrfs.formats.grid.layout import Index
-from zarrfs.formats.grid.shards import ShardIndex, ShardIndexError, decode_index, index_range
+from zarrfs.formats.grid.shards import (
+    ShardIndex,
+    ShardIndexError,
+    decode_index,
+    index_nbytes,
+    index_range,
+)
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
 
@@ -23,13 +30,21 @@ def load_index(store: Store, meta: ArrayMeta, shard: Index) -> ShardIndex | None
     key = layout.shard_keys(shard)[0]
     n_inner = layout.geometry.n_inner
     try:
-        size = store.size(key)
-        if size is None:
-            return None
-        start, length = index_range(size, n_inner, layout.checksum, layout.location)
-        data = store.get_range(key, start, length)
-        if data is None:  # deleted since: as if never stored
-            return None
+        if layout.location == "end":
+            # One request where the store can: the tail, and the size with it.
+            tail = store.get_tail(key, index_nbytes(n_inner, layout.checksum))
+            if tail is None:
+                return None
+            data, size = tail
+            index_range(size, n_inner, layout.checksum, layout.location)  # size checked
+        else:
+            size = store.size(key)
+            if size is None:
+                return None
+            start, length = index_range(size, n_inner, layout.checksum, layout.location)
+            data = store.get_range(key, start, length)
+            if data is None:  # deleted since: as if never stored
+                return None
         return decode_index(
             data, n_inner, layout.checksum, size, layout.location, endian=layout.endian
         )
