@@ -17,8 +17,8 @@ tensorstore through its s3 kvstore's ``endpoint``); the proxy counts the request
    MiB.
 2. **Second read with the disk cache**: a mount with ``--disk-cache DIR`` reads the
    array once (filling DIR; printed), then new mounts with the same DIR are timed,
-   its entries fresh (``--metadata-ttl 3600``: no request) and stale (the default
-   TTL of 5 s past: every entry revalidated by a conditional GET, as a read some
+   its entries fresh (``--metadata-ttl 3600``: no request) and stale (``--metadata-ttl
+   5``, 5 s past: every entry revalidated by a conditional GET, as a read some
    time later is), vs zarrfs reading the same array from the bucket's directory (a
    local store); target >= 0.8x for both.
 3. **Listing**: mount (process start to mounted) + ``ls -R`` of a consolidated v3
@@ -55,7 +55,9 @@ LIST_ARRAYS = 1000
 TARGETS = {"zarr-python": 1.5, "tensorstore": 1.0, "disk cache": 0.8, "list requests": 3}
 LIST_SECONDS = 1.0  # besides the round trips of the listing's requests
 FRESH = ("--metadata-ttl", "3600")  # disk cache entries served without asking the store
-STALE_AFTER = 5.5  # seconds after which the default --metadata-ttl (5) has passed
+STALE_TTL = 5.0  # the stale rounds' --metadata-ttl: their entries are older than it
+STALE = ("--metadata-ttl", f"{STALE_TTL:g}")
+STALE_AFTER = STALE_TTL + 0.5  # seconds after which it has passed
 
 Round = tuple[float, cpumeter.Usage, float]  # seconds, CPU meanwhile, the reader's CPU s
 
@@ -224,7 +226,7 @@ def cached_reads(
 ) -> list[Result]:
     """A mount with --disk-cache fills it; then, alternating, new mounts read from it
     with its entries fresh (--metadata-ttl 3600: served without a request) and stale
-    (the default TTL past: each entry revalidated by a conditional request), and the
+    (--metadata-ttl 5, past: each entry revalidated by a conditional request), and the
     bucket's directory is read as a local store."""
     prefix = f"{layout.name}.zarr"
     what = f"network {label} disk cache"
@@ -243,7 +245,7 @@ def cached_reads(
     def revalidated() -> Round:
         time.sleep(max(0.0, stamped[0] + STALE_AFTER - time.monotonic()))
         try:
-            return zarrfs_round(net, net.url(prefix), data, what, *options)
+            return zarrfs_round(net, net.url(prefix), data, what, *options, *STALE)
         finally:
             stamped[0] = time.monotonic()
 

@@ -130,7 +130,7 @@ def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> s
 )
 @click.option(
     "--metadata-ttl",
-    default=5.0,
+    default=60.0,
     show_default=True,
     type=float,
     callback=check_metadata_ttl,

@@ -16,7 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-DEFAULT_TTL = 5.0  # seconds
+# Seconds. A check of an array drops its cached chunks and pages (the store cannot say
+# cheaply which of its chunks changed), so checks are not made too often: a minute,
+# as gcsfuse's stat cache; --metadata-ttl 0 checks at every open.
+DEFAULT_TTL = 60.0
 MAX_TTL = 7 * 86400.0
 
 
