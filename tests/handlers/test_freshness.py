@@ -79,15 +79,21 @@ def _read(tree: Tree, path: str) -> bytes:
     return trio.run(node.view.read, 0, node.view.size)
 
 
-def test_within_the_ttl_a_check_reads_nothing_after_it_reads_again(tmp_path: Path) -> None:
+def _group_of_one_array(tmp_path: Path, clock: Clock) -> tuple[Tree, CountingStore, DirNode]:
+    """A v2 group holding array "a" of 4 ones, its tree, store and the array's node."""
     root = tmp_path / "s.zarr"
-    (root / "a").mkdir(parents=True)
+    (root / ".zgroup").parent.mkdir(parents=True)
     (root / ".zgroup").write_text('{"zarr_format": 2}')
     _write_array(root / "a", [4], 1)
-    clock = Clock()
     tree, store = _tree(root, clock)
     array = tree.resolve("a")
     assert isinstance(array, DirNode)
+    return tree, store, array
+
+
+def test_within_the_ttl_a_check_reads_nothing_after_it_reads_again(tmp_path: Path) -> None:
+    clock = Clock()
+    tree, store, array = _group_of_one_array(tmp_path, clock)
     assert _read(tree, "a/array.raw") == np.full(4, 1, "<i4").tobytes()
     gets = sum(store.gets.values())
     clock.now += 4
@@ -145,14 +151,8 @@ def test_consolidated_metadata_is_read_once_per_ttl_for_the_whole_tree(tmp_path:
 
 
 def test_an_array_written_through_the_mount_is_never_checked(tmp_path: Path) -> None:
-    root = tmp_path / "s.zarr"
-    (root / "a").mkdir(parents=True)
-    (root / ".zgroup").write_text('{"zarr_format": 2}')
-    _write_array(root / "a", [4], 1)
     clock = Clock()
-    tree, store = _tree(root, clock)
-    array = tree.resolve("a")
-    assert isinstance(array, DirNode)
+    tree, store, array = _group_of_one_array(tmp_path, clock)
     tree.pin(array)
     clock.now += 10
     assert not tree.revalidate(array)

@@ -30,7 +30,6 @@ class Freshness:
         self.ttl = ttl
         self._clock = clock
         self._epoch = clock()  # nothing checked before this is fresh (a refresh moves it)
-        self.refreshes = 0
 
     def now(self) -> float:
         return self._clock()
@@ -47,4 +46,3 @@ class Freshness:
         """Everything checked so far is stale."""
         # Strictly after anything stamped until now, even on a coarse clock.
         self._epoch = max(self._clock(), self._epoch) + 1e-9
-        self.refreshes += 1

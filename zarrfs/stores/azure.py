@@ -30,7 +30,7 @@ from typing import Any
 from obstore.store import AzureStore as _Bucket
 
 from zarrfs.errors import StoreError
-from zarrfs.stores import checksums, cloud_config, s3_config
+from zarrfs.stores import checksums, cloud_config
 from zarrfs.stores.objstore import ObjectStore
 from zarrfs.stores.s3_errors import Dialect
 
@@ -97,18 +97,9 @@ class AzureStore(ObjectStore):
         if settings.get("use_emulator") and not endpoint:
             endpoint, scheme = "http://127.0.0.1:10000/devstoreaccount1", "http"
         self._endpoint = endpoint or f"https://{account}.blob.core.windows.net"
-        try:
-            self._bucket = _Bucket(
-                self.bucket,
-                prefix=self.prefix or None,
-                config=settings,  # type: ignore[arg-type]
-                client_options=s3_config.client_options(scheme),
-                retry_config=s3_config.RETRY,
-            )
-        except Exception as e:
-            reason = cloud_config.scrub(e, _SECRETS, secrets)
-            raise StoreError(f"{self._url}: {reason}", errno.EINVAL) from None
-        self._start()
+        self._connect(
+            _Bucket, settings, scheme, lambda e: cloud_config.scrub(e, _SECRETS, secrets)
+        )
 
     def _settings(self, host: str, anonymous: bool) -> tuple[dict[str, Any], tuple[str, ...]]:
         """obstore's configuration from the URL's host, the connection string and

@@ -23,7 +23,6 @@ x-goog-meta-zarrfs-crc32c (checksums.py).
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -32,8 +31,7 @@ from typing import Any
 
 from obstore.store import GCSStore as _Bucket
 
-from zarrfs.errors import StoreError
-from zarrfs.stores import checksums, cloud_config, s3_config
+from zarrfs.stores import checksums, cloud_config
 from zarrfs.stores.objstore import ObjectStore
 from zarrfs.stores.s3_errors import Dialect
 from zarrfs.stores.s3_versions import UNKNOWN
@@ -102,18 +100,7 @@ class GcsStore(ObjectStore):
         if endpoint:
             settings["base_url"] = endpoint
         self._endpoint = endpoint or DEFAULT_ENDPOINT
-        try:
-            self._bucket = _Bucket(
-                self.bucket,
-                prefix=self.prefix or None,
-                config=settings,  # type: ignore[arg-type]
-                client_options=s3_config.client_options(scheme),
-                retry_config=s3_config.RETRY,
-            )
-        except Exception as e:
-            reason = cloud_config.scrub(e, _SECRETS)
-            raise StoreError(f"{self._url}: {reason}", errno.EINVAL) from None
-        self._start()
+        self._connect(_Bucket, settings, scheme, lambda e: cloud_config.scrub(e, _SECRETS))
 
     def acquire_writer_lease(self, run_dir: str) -> None:
         if self._anonymous:

@@ -61,7 +61,28 @@ class ObjectStore(ObjectReads):
     _lease: WriterLease | None
     _denied: bool
 
-    def _start(self) -> None:
+    def _connect(
+        self,
+        client: Callable[..., Any],
+        settings: dict[str, Any],
+        scheme: str,
+        scrub: Callable[[Exception], str],
+        **more: Any,
+    ) -> None:
+        """Make the service's obstore client (``client``: its store class) and this
+        store's state; a configuration obstore refuses is a StoreError (EINVAL) whose
+        text ``scrub`` has rid of secrets."""
+        try:
+            self._bucket = client(
+                self.bucket,
+                prefix=self.prefix or None,
+                config=settings,
+                client_options=config.client_options(scheme),
+                retry_config=config.RETRY,
+                **more,
+            )
+        except Exception as e:
+            raise StoreError(f"{self._url}: {scrub(e)}", errno.EINVAL) from None
         self._versions = Versions()
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
         self._local = None

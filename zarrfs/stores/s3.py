@@ -20,14 +20,12 @@ rebuilt from their HTTP status, S3 error code and kind alone (s3_errors.py).
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from typing import Any
 
 from obstore.store import S3Store as _Bucket
 
-from zarrfs.errors import StoreError
 from zarrfs.stores import checksums
 from zarrfs.stores import s3_config as config
 from zarrfs.stores.objstore import ObjectStore
@@ -69,15 +67,10 @@ class S3Store(ObjectStore):
         if anonymous:
             settings["skip_signature"] = True
         self._endpoint = resolved.endpoint
-        try:
-            self._bucket = _Bucket(
-                self.bucket,
-                prefix=self.prefix or None,
-                config=settings,  # type: ignore[arg-type]
-                client_options=config.client_options(resolved.scheme),
-                retry_config=config.RETRY,
-                credential_provider=resolved.provider,
-            )
-        except Exception as e:
-            raise StoreError(f"{self._url}: {config.scrub(e)}", errno.EINVAL) from None
-        self._start()
+        self._connect(
+            _Bucket,
+            settings,
+            resolved.scheme,
+            config.scrub,
+            credential_provider=resolved.provider,
+        )
