@@ -97,6 +97,12 @@ class _Unchanged:
 UNCHANGED: Any = _Unchanged()
 
 
+# What ranged reads return: bytes, or a read-only view of memory the store's client
+# filled (no copy into ``bytes``: for a decoder, or a slice, the buffer protocol is
+# all that is needed).
+Bytes = bytes | memoryview
+
+
 class Store(ABC):
     # What the rest of zarrfs needs to know of a store besides its methods:
     # ``read_only``: writes raise ReadOnlyError (zip archives, HTTP), and the mount
@@ -121,7 +127,7 @@ class Store(ABC):
         than copying it into ``bytes`` (a chunk's worth per read)."""
         return self.get(key, limit=limit)
 
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+    def get_range(self, key: str, start: int, length: int) -> Bytes | None:
         """Bytes [start, start + length) of the value of ``key``, or ``None`` when it
         does not exist (as for ``get``: a directory is no value either).
 
@@ -141,7 +147,7 @@ class Store(ABC):
         ranges = self.get_ranges(key, [(start, length)])
         return None if ranges is None else ranges[0]
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Bytes] | None:
         """``get_range`` of each (start, length) of ``ranges``, of one and the same
         value (read once here), in order; ``None`` when ``key`` does not exist.
         All ranges together may ask for at most ``RANGE_LIMIT`` bytes."""
@@ -155,7 +161,7 @@ class Store(ABC):
             out.append(value[offset : offset + count])
         return out
 
-    def get_tail(self, key: str, length: int) -> tuple[bytes, int] | None:
+    def get_tail(self, key: str, length: int) -> tuple[Bytes, int] | None:
         """The last ``length`` bytes of the value of ``key`` (all of it, if shorter)
         and the value's size: a shard's index at its end, with the size its entries
         are checked against; ``None`` when ``key`` does not exist. Stores that learn
@@ -198,7 +204,7 @@ class Store(ABC):
 
     def fetch_ranges(
         self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
-    ) -> tuple[list[bytes], Version | None] | None:
+    ) -> tuple[list[Bytes], Version | None] | None:
         """``get_ranges`` with the version they were read at, as ``fetch``."""
         found = self.get_ranges(key, ranges)
         return None if found is None else (found, None)

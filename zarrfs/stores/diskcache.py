@@ -28,6 +28,7 @@ from typing import Any
 from zarrfs.errors import InvalidValueError
 from zarrfs.stores.base import (
     UNCHANGED,
+    Bytes,
     Fetched,
     Listing,
     Store,
@@ -299,17 +300,30 @@ class DiskCacheStore(Store):
 
     # -- ranges ------------------------------------------------------------------------
 
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+    def get_range(self, key: str, start: int, length: int) -> Bytes | None:
         found = self.fetch_ranges(key, [(start, length)])
         return None if found is None else found[0][0]
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+    def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Bytes] | None:
         found = self.fetch_ranges(key, ranges)
         return None if found is None else found[0]
 
+    def get_tail(self, key: str, length: int) -> tuple[Bytes, int] | None:
+        """One entry, the tail's range (one request when it is not cached, on a store
+        whose suffix ranges name the value's size); the size is its version's."""
+        check_ranges([(0, length)])
+        if length:
+            found = self._ranges(key, [(-length, length)])
+            if found is None:
+                return None
+            (data,), version = found
+            if version is not None and version.size is not None:
+                return data, version.size
+        return super().get_tail(key, length)  # (the store names no size)
+
     def fetch_ranges(
         self, key: str, ranges: list[tuple[int, int]], *, unless: Version | None = None
-    ) -> tuple[list[bytes], Version | None] | None:
+    ) -> tuple[list[Bytes], Version | None] | None:
         check_ranges(ranges)
         found = self._ranges(key, ranges)
         if found is not None and unless is not None and found[1] == unless:
@@ -318,7 +332,9 @@ class DiskCacheStore(Store):
 
     def _ranges(
         self, key: str, ranges: list[tuple[int, int]]
-    ) -> tuple[list[bytes], Version | None] | None:
+    ) -> tuple[list[Bytes], Version | None] | None:
+        """The ranges from their entries (views of the files read: no copy), fresh or
+        revalidated together; else from the store (then cached)."""
         begun = self._writes.begin()
         whole = self._lookup(key, VALUE)
         if whole is not None and whole.fresh:
@@ -327,7 +343,7 @@ class DiskCacheStore(Store):
                 return None
             value = whole.payload
             spans = [resolve_range(start, length, len(value)) for start, length in ranges]
-            return [bytes(value[o : o + n]) for o, n in spans], whole.version
+            return [value[o : o + n] for o, n in spans], whole.version
         parts = [range_part(start, length) for start, length in ranges]
         founds = [self._lookup(key, part, length) for part, (_, length) in zip(parts, ranges)]
         present = [f for f in founds if f is not None]
@@ -338,14 +354,14 @@ class DiskCacheStore(Store):
         if same and all(f.fresh for f in present):
             for f in present:
                 self._served(f)
-            return [bytes(f.payload) for f in present], present[0].version
+            return [f.payload for f in present], present[0].version
         if same:
             version = present[0].version
             answer = self.inner.fetch_ranges(key, ranges, unless=version)
             if answer is UNCHANGED:
                 for f in present:
                     self._served(f, revalidated=True)
-                return [bytes(f.payload) for f in present], version
+                return [f.payload for f in present], version
             self._count(revalidated=1)
         else:
             answer = self.inner.fetch_ranges(key, ranges)

@@ -58,6 +58,16 @@ def test_ranges_sizes_and_missing_keys_are_cached_too(
     assert inner.count() == 4  # two ranges, one stat, one missing key
 
 
+def test_a_tail_with_its_size_is_one_entry(inner: VersionedStore, tmp_path: Path) -> None:
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB)
+    for _ in range(3):
+        data, size = cache.get_tail("a/1", 4) or (b"", 0)
+        assert (bytes(data), size) == (bytes(range(196, 200)), 200)
+        assert cache.get_tail("nope", 4) is None
+    # One ranged read of the tail, one of the missing key; nothing asked for the size.
+    assert inner.count() == 2, inner.requests
+
+
 def test_a_whole_value_cached_answers_its_ranges(inner: VersionedStore, tmp_path: Path) -> None:
     cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB)
     cache.get("a/1")
