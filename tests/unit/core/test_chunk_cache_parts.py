@@ -166,12 +166,15 @@ def test_a_buffer_is_kept_only_when_nothing_else_holds_it() -> None:
     assert counters.buffers_recycled == 1
 
 
-def test_spare_buffers_are_bounded_per_size() -> None:
-    buffers = SpareBuffers(Counters(), most=2)
+def test_spare_buffers_are_bounded_in_bytes() -> None:
+    buffers = SpareBuffers(Counters(), most_bytes=32)
     assert buffers.add(np.empty(8, np.uint8)) and buffers.add(np.empty(8, np.uint8))
-    assert not buffers.add(np.empty(8, np.uint8))
-    assert buffers.add(np.empty(16, np.uint8))
+    assert not buffers.add(np.empty(24, np.uint8))
+    assert buffers.add(np.empty(16, np.uint8)) and buffers.nbytes == 32
+    assert not buffers.add(np.empty(1, np.uint8))
     assert buffers.take(32) is None
+    assert buffers.take(8) is not None and buffers.nbytes == 24
+    assert buffers.add(np.empty(8, np.uint8))
 
 
 # -- loads in flight --------------------------------------------------------------------

@@ -14,28 +14,34 @@ import numpy as np
 from zarrfs.core.counters import Counters
 from zarrfs.core.read.lru import CacheKey
 
-# Unreferenced buffers kept per size for the next loads.
-MAX_SPARE_BUFFERS = 16
+# Unreferenced buffers kept for the next loads, in bytes at most (the cache sets
+# its own bound: a stream over a network keeps many stripes' chunks in flight, and
+# every chunk decoded into fresh memory pays its page faults again).
+MAX_SPARE_BYTES = 64 * 2**20
 
 
 class SpareBuffers:
-    def __init__(self, counters: Counters, most: int = MAX_SPARE_BUFFERS) -> None:
+    def __init__(self, counters: Counters, most_bytes: int = MAX_SPARE_BYTES) -> None:
         self.counters = counters
-        self.most = most
+        self.most_bytes = most_bytes
+        self.nbytes = 0  # of the spare buffers
         self._backing: dict[CacheKey, np.ndarray] = {}  # the buffer each entry lives in
         self._spare: dict[int, list[np.ndarray]] = {}
 
     def take(self, nbytes: int) -> np.ndarray | None:
         """A spare buffer of ``nbytes`` to assemble or decode into, if one is free."""
         spare = self._spare.get(nbytes)
-        return spare.pop() if spare else None
+        if not spare:
+            return None
+        self.nbytes -= nbytes
+        return spare.pop()
 
     def add(self, buffer: np.ndarray) -> bool:
-        """Keep ``buffer`` for a later ``take``, if there is room for one more."""
-        spare = self._spare.setdefault(buffer.nbytes, [])
-        if len(spare) >= self.most:
+        """Keep ``buffer`` for a later ``take``, if there is room for it."""
+        if self.nbytes + buffer.nbytes > self.most_bytes:
             return False
-        spare.append(buffer)
+        self._spare.setdefault(buffer.nbytes, []).append(buffer)
+        self.nbytes += buffer.nbytes
         return True
 
     def back(self, key: CacheKey, buffer: np.ndarray) -> None:

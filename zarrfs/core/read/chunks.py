@@ -16,16 +16,20 @@ an insert cannot interleave with another task's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from zarrfs.core.counters import Counters
 from zarrfs.core.pool import BACKGROUND, URGENT, LoadPools
-from zarrfs.core.read.buffers import SpareBuffers
+from zarrfs.core.read.buffers import MAX_SPARE_BYTES, SpareBuffers
 from zarrfs.core.read.flights import Loads
 from zarrfs.core.read.indexes import ShardIndexes
 from zarrfs.core.read.lru import CacheKey, ChunkKey, DecodedLru, Entry, ShardIndexKey, StripeKey
 from zarrfs.core.read.stripes import Stripes
+from zarrfs.formats.codecs.pipeline import size_bound
 from zarrfs.formats.grid.layout import Index
+from zarrfs.formats.grid.runs import coalesce
 from zarrfs.formats.grid.shards import ShardIndex
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
@@ -34,6 +38,11 @@ from zarrfs.stores.base import Store
 # (a remote store's, enough to keep requests in flight over a network's latency).
 MAX_READ_AHEAD_LOADS = 8
 MAX_REMOTE_READ_AHEAD_LOADS = 32
+# Inner chunks of a shard that lie together are fetched with one request of at most
+# this many bytes (formats/grid/runs.py), from remote stores: a request costs a round
+# trip, and several runs of a shard still arrive over several connections at once.
+MAX_RUN_BYTES = 4 * 2**20
+MAX_RUN_GAP = 64 * 2**10
 
 
 class ChunkCache:
@@ -54,7 +63,9 @@ class ChunkCache:
         self.pool = pools.decoders
         self.fetch_pool = pools.fetchers
         self.lru = DecodedLru(max_bytes, self._left)
-        self.buffers = SpareBuffers(self.counters)
+        # Spare buffers: up to a quarter of the cache (a stream's stripes ahead and
+        # their chunks are in flight at once: docs/benchmarks.md, network).
+        self.buffers = SpareBuffers(self.counters, max(MAX_SPARE_BYTES, max_bytes // 4))
         self.loader = Loads(store, pools, self.buffers, self.counters, self._loaded)
         self.indexes = ShardIndexes(self.lru, self.loader)
         self.stripes = Stripes(self, self.lru, self.buffers, self.pool, self.counters)
@@ -102,6 +113,47 @@ class ChunkCache:
             return await self.get(meta, index, priority=priority)
         return value  # type: ignore[return-value]
 
+    async def start_runs(self, meta: ArrayMeta, indices: list[Index], priority: int) -> None:
+        """Many inner chunks of a remote store's shards are wanted at once: load
+        those that lie together in runs, one request each (``get`` then finds them
+        in flight; it loads whatever this left). Other chunks of the same shards
+        that lie between them come along (their bytes are fetched anyway)."""
+        if meta.shards is None or self.fetch_pool is None or len(indices) < 2:
+            return
+        wanted = [i for i in indices if not self.has(meta.path, i)]
+        if len(wanted) < 2:
+            return
+        await self.indexes.load(meta, wanted, priority)
+        geometry = meta.shards.geometry
+        places = self._places(meta, wanted)
+        if len(places) < 2:
+            return
+        chosen = {place[0] for place in places}
+        shards = {geometry.locate(index)[0] for index in chosen}
+        others = [
+            index
+            for shard in shards
+            for _, index in geometry.inner_chunks_in_array(shard)
+            if index not in chosen
+        ]
+        extras = self._places(meta, others)
+        for run in coalesce(places, MAX_RUN_BYTES, MAX_RUN_GAP, extras):
+            if len(run.members) > 1:
+                self.loader.start_run(meta, run, priority)
+
+    def _places(self, meta: ArrayMeta, indices: list[Index]) -> list[tuple[Index, str, int, int]]:
+        """(index, shard key, offset, nbytes) of the inner chunks that are stored
+        (their shard's index at hand), fit the size bound, and are neither cached nor
+        loading; the others are left to ``get``, which says why alone."""
+        limit = size_bound(meta.chunk_nbytes)
+        places = []
+        for index in indices:
+            known, where = self.indexes.placed(meta, index)
+            stored = known and where is not None and where[2] <= limit
+            if stored and not self.has(meta.path, index):
+                places.append((index, *where))  # type: ignore[misc]
+        return places
+
     def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]:
         """(True, chunk) if it is cached (counts as a use), else (False, None)."""
         cached, value = self.lru.use(ChunkKey((path, index)))
@@ -137,6 +189,18 @@ class ChunkCache:
                 return True
         self.loader.start_chunk(meta, index, BACKGROUND, where, prefetched=True)
         return True
+
+    def prefetch_indexes(self, meta: ArrayMeta, indices: Iterable[Index]) -> None:
+        """Start loading, in the background, the indexes of the shards holding
+        ``indices`` that are neither cached nor loading."""
+        if not self.read_ahead or meta.shards is None:
+            return
+        seen = set()
+        for index in indices:
+            shard = meta.shards.geometry.locate(index)[0]
+            if shard not in seen:
+                seen.add(shard)
+                self.indexes.where_at_hand(meta, index)
 
     def release(self, meta: ArrayMeta, index: Index) -> None:
         """A streaming reader has gone past a chunk it had read ahead: the kernel's

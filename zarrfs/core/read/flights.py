@@ -12,6 +12,7 @@ here is touched only from the trio thread (docs/concurrency.md).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -27,9 +28,11 @@ from zarrfs.core.pool import BACKGROUND, LoadPools
 from zarrfs.core.read.buffers import SpareBuffers
 from zarrfs.core.read.loading import Failure, Fetched, decode_fetched, drop_tracebacks, fetch_chunk
 from zarrfs.core.read.lru import CacheKey, ChunkKey, Entry, ShardIndexKey
-from zarrfs.core.read.shardread import Where, load_index
+from zarrfs.core.read.shardread import Where, fetch_run, load_index, run_member
 from zarrfs.errors import ChunkError, ZarrfsError
+from zarrfs.formats.codecs.pipeline import size_bound
 from zarrfs.formats.grid.layout import Index
+from zarrfs.formats.grid.runs import Member, Run
 from zarrfs.formats.grid.shards import ShardIndex
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.stores.base import Store
@@ -209,6 +212,53 @@ class Loads:
         fetchers.submit(fetch, priority=priority, on_done=_ignore)
         return flight
 
+    def start_run(self, meta: ArrayMeta, run: Run, priority: int) -> None:
+        """Queue the load of a run of inner chunks: one request for its bytes, then
+        each chunk decoded on its own (a flight per chunk, as ``start_chunk``'s).
+        Remote stores only: the request runs in a fetch thread."""
+        fetchers, decoders = self.pools.fetchers, self.pools.decoders
+        assert fetchers is not None
+        loads = []
+        for member in run.members:
+            key = ChunkKey((meta.path, member.index))
+            out = self.buffers.take(meta.chunk_nbytes) if meta.codecs.decodes_into else None
+            flight = Flight(background=priority == BACKGROUND)
+            self._flights[key] = flight
+            self.counters.chunks_loaded += 1
+            spare = [out] if out is not None else []
+            loads.append((member, spare, self._finisher(key, flight, counted=False)))
+        token = trio.lowlevel.current_trio_token()
+        limit = size_bound(meta.chunk_nbytes)
+
+        def fetch() -> None:  # in a fetch thread
+            try:
+                data = fetch_run(self.store, meta, run)
+            except BaseException as e:  # every flight must end, whatever went wrong
+                for _, _, finish in loads:
+                    # One exception each: waiters of different chunks raise them.
+                    failed = outcome.Error(copy.copy(e))
+                    with contextlib.suppress(trio.RunFinishedError):
+                        token.run_sync_soon(finish, failed)
+                del e
+                loads.clear()
+                return
+            for member, spare, finish in loads:
+                decoders.submit_from_thread(
+                    token,
+                    self.decode_member,
+                    meta,
+                    run,
+                    data,
+                    member,
+                    limit,
+                    spare,
+                    priority=priority,
+                    on_done=finish,
+                )
+            loads.clear()  # this thread keeps no buffer (nor the run's bytes)
+
+        fetchers.submit(fetch, priority=priority, on_done=_ignore)
+
     def _finisher(
         self, key: CacheKey, flight: Flight, *, counted: bool
     ) -> Callable[[outcome.Outcome], None]:
@@ -267,6 +317,20 @@ class Loads:
     def fetch(self, meta: ArrayMeta, index: Index, where: Where | None) -> Fetched:
         """(key, stored bytes) of a chunk, None when not stored."""
         return fetch_chunk(self.store, meta, index, where)
+
+    def decode_member(
+        self,
+        meta: ArrayMeta,
+        run: Run,
+        data: bytes | None,
+        member: Member,
+        limit: int,
+        spare: list[np.ndarray] | None,
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """One inner chunk of a fetched run, decoded (into the buffer in ``spare``)."""
+        found = run_member(meta, run, data, member, limit)
+        fetched = None if found is None else (run.key, found)
+        return self.decode(meta, member.index, fetched, spare)
 
     def decode(
         self, meta: ArrayMeta, index: Index, fetched: Fetched, spare: list[np.ndarray] | None

@@ -9,6 +9,7 @@ may have read the new shard at the old index's offsets. Trio thread only.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import trio
@@ -34,6 +35,12 @@ class ShardIndexes:
         """(shard key, offset, nbytes) of an inner chunk, from its shard's index
         (cached, loaded once); None when the chunk or its shard is not stored."""
         shard, position, key = _locate(meta, index)
+        found = await self._index(meta, shard, key, priority)
+        return _inner_place(meta, shard, position, found)
+
+    async def _index(
+        self, meta: ArrayMeta, shard: Index, key: ShardIndexKey, priority: int
+    ) -> Entry:
         while True:
             replacing = self._replacing.get(key)
             if replacing is not None:
@@ -41,13 +48,37 @@ class ShardIndexes:
                 continue
             cached, found = self.lru.use(key)
             if cached:
-                break
+                return found
             self.loads.check_failure(key)
             flight = self.loads.flight(key) or self.loads.start_index(meta, shard, priority)
             found = await self.loads.wait(flight)
             if not flight.stale:
-                break
-        return _inner_place(meta, shard, position, found)
+                return found
+
+    async def load(self, meta: ArrayMeta, indices: list[Index], priority: int) -> None:
+        """The indexes of the shards holding ``indices``, loaded at once (those that
+        fail are not raised here: reading the chunk raises it)."""
+        shards = {}
+        for index in indices:
+            shard, _, key = _locate(meta, index)
+            shards[key] = shard
+
+        async def one(key: ShardIndexKey, shard: Index) -> None:
+            with contextlib.suppress(Exception):
+                await self._index(meta, shard, key, priority)
+
+        async with trio.open_nursery() as nursery:
+            for key, shard in shards.items():
+                nursery.start_soon(one, key, shard)
+
+    def placed(self, meta: ArrayMeta, index: Index) -> tuple[bool, Where | None]:
+        """(True, where the inner chunk is, or None: not stored) if its shard's index
+        is cached and not being replaced; else (False, None). Loads nothing."""
+        shard, position, key = _locate(meta, index)
+        if key in self._replacing:
+            return False, None
+        cached, found = self.lru.peek(key)
+        return (True, _inner_place(meta, shard, position, found)) if cached else (False, None)
 
     def where_at_hand(self, meta: ArrayMeta, index: Index) -> tuple[bool, Where | None]:
         """(True, where the inner chunk is, or None: not stored) if its shard's index

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from zarrfs.core.pool import URGENT
 from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.model import ArrayMeta
 
@@ -74,6 +75,11 @@ class LiveChunks:
         else:
             target[missing] = base.view(live.void)[missing]
         dirty.mask = None
+
+    async def start_runs(self, meta: ArrayMeta, indices: list[Index]) -> None:
+        """Those of ``indices`` read from the store start loading together, in runs
+        where their bytes lie together (a remote store's shards: ChunkCache)."""
+        await self._cache.start_runs(meta, [i for i in indices if self.stored(i)], URGENT)
 
     def stored(self, index: Index) -> bool:
         """Reads see the stored chunk: it is not dirty, frozen or stale."""

@@ -73,7 +73,7 @@ def decode_fetched(
     if fetched is None:
         return None, None
     key, data = fetched
-    decoded = _decode(meta, data, out if meta.shards is None else None)
+    decoded = _decode(meta, data, out)
     if not isinstance(decoded, str):
         return decoded
     reason = decoded if meta.shards is None else f"inner chunk {index}: {decoded}"

@@ -20,11 +20,16 @@ READ_AHEAD = 8 * 2**20
 REMOTE_READ_AHEAD = 32 * 2**20
 READ_AHEAD_CHUNKS = 4
 # Stripes assembled ahead of a stream, at most (each one is many chunks: enough
-# decoding to keep every core busy). Over a network each stripe waits a round trip
-# or two (a shard's index, then its chunks) before it decodes: more of them overlap
-# those waits (bench/network.py: v3 shards at 30 ms, 244 -> 350 MiB/s).
+# decoding to keep every core busy), within a quarter of the cache. Over a network
+# each stripe waits a round trip or two (a shard's index, then its chunks) before
+# it decodes: more of them overlap those waits, within half the cache (the stripes
+# behind the stream make room as it passes them: docs/benchmarks.md, network).
 STRIPES_AHEAD = 2
-REMOTE_STRIPES_AHEAD = 4
+REMOTE_STRIPES_AHEAD = 8
+# Over a network, the shard indexes of this many stripes beyond those under way are
+# read ahead too (a few hundred bytes each): a stripe then starts with its chunks'
+# requests, not with its index's round trip.
+REMOTE_INDEXES_AHEAD = 8
 
 
 class ReadAhead:
@@ -37,6 +42,7 @@ class ReadAhead:
         self._cache = cache
         self._prefetched_to = 0  # every chunk up to this byte has been asked for
         self._released_to = 0  # chunks before this one were offered back (use-once)
+        self._indexed_to = 0  # stripes' shard indexes asked for up to this byte
 
     def prefetch(self, offset: int) -> None:
         """A reader is streaming from ``offset``: load the chunks ahead of it.
@@ -88,16 +94,27 @@ class ReadAhead:
         if not cache.read_ahead:
             return
         per_stripe = layout.chunk_row_nbytes + layout.max_stripe_nbytes
-        wanted = STRIPES_AHEAD if cache.fetch_pool is None else REMOTE_STRIPES_AHEAD
-        ahead = max(1, min(wanted, cache.max_bytes // 4 // per_stripe))
+        remote = cache.fetch_pool is not None
+        wanted, share = (REMOTE_STRIPES_AHEAD, 2) if remote else (STRIPES_AHEAD, 4)
+        ahead = max(1, min(wanted, cache.max_bytes // share // per_stripe))
         position = offset
         for _ in range(ahead + 1):
             if position >= meta.nbytes or stripes.under_way(meta.path) > ahead:
-                return
+                break
             stripe = layout.stripe_at(position)
             if not stripes.pending(meta.path, stripe) and self._reader.clean(layout, stripe):
                 stripes.start(meta, layout, stripe, BACKGROUND)
             position = stripe.stop
+        if remote and meta.shards is not None:
+            if not offset <= self._indexed_to:
+                self._indexed_to = position  # a new stream (or one that jumped back)
+            limit = min(position + REMOTE_INDEXES_AHEAD * layout.max_stripe_nbytes, meta.nbytes)
+            position = max(position, self._indexed_to)
+            while position < limit:
+                stripe = layout.stripe_at(position)
+                cache.prefetch_indexes(meta, layout.chunk_indices(stripe))
+                position = stripe.stop
+            self._indexed_to = max(self._indexed_to, position)
 
     def _read_ahead_bytes(self) -> int:
         # Over a network each request waits its latency: more of them in flight.

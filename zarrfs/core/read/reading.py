@@ -209,6 +209,8 @@ class ArrayReader:
         results = [chunk for _, chunk in ready]
         if all(found for found, _ in ready):  # all at hand: no tasks to start
             return results
+        missing = [index for index, (found, _) in zip(indices, ready) if not found]
+        await chunks.start_runs(self._live.meta, missing)
         errors: list[ZarrfsError] = []
 
         async def fetch(position: int, index: Index) -> None:

@@ -1,13 +1,15 @@
 """Reading a sharded array's inner chunks (worker threads): a shard's index (its
 store's tail, with the size, in one request where the store can), then one inner
-chunk's byte range, never the whole shard. Anything wrong with a shard
-(cut short, its index failing its crc32c, entries past its end) is a ChunkError
-naming the array, the shard key and the inner chunk."""
+chunk's byte range, or a run of neighbouring ones (formats/grid/runs.py); never
+the whole shard. Anything wrong with a shard (cut short, its index failing its
+crc32c, entries past its end) is a ChunkError naming the array, the shard key and
+the inner chunk."""
 
 from __future__ import annotations
 
 from zarrfs.errors import ChunkError, InvalidValueError
 from zarrfs.formats.grid.layout import Index
+from zarrfs.formats.grid.runs import Member, Run
 from zarrfs.formats.grid.shards import (
     ShardIndex,
     ShardIndexError,
@@ -73,3 +75,34 @@ def fetch_inner(
                 f"its index says [{offset}, {offset + nbytes})"
             )
     raise ChunkError(meta.display_name, key, reason)
+
+
+def fetch_run(store: Store, meta: ArrayMeta, run: Run) -> bytes | None:
+    """The stored bytes of a run of inner chunks (None: the shard is gone; fewer
+    bytes than asked where the shard ends early: ``run_member`` tells each chunk)."""
+    try:
+        return store.get_range(run.key, run.start, run.nbytes)
+    except InvalidValueError as e:
+        reason = f"bytes {run.start}-{run.start + run.nbytes - 1}: {e}"
+    raise ChunkError(meta.display_name, run.key, reason)
+
+
+def run_member(
+    meta: ArrayMeta, run: Run, data: bytes | None, member: Member, limit: int
+) -> bytes | memoryview | None:
+    """One inner chunk's bytes out of its run's (None: the shard is gone)."""
+    if data is None:
+        return None
+    if member.nbytes > limit:
+        reason = (
+            f"inner chunk {member.index} is {member.nbytes} bytes, more than any encoding of it"
+        )
+    elif member.start + member.nbytes <= len(data):
+        return memoryview(data)[member.start : member.start + member.nbytes]
+    else:
+        offset = run.start + member.start
+        reason = (
+            f"inner chunk {member.index}: shard ends at byte {run.start + len(data)}, "
+            f"its index says [{offset}, {offset + member.nbytes})"
+        )
+    raise ChunkError(meta.display_name, run.key, reason)

@@ -59,6 +59,8 @@ class Chunks(Protocol):
 
     def release(self, meta: ArrayMeta, index: Index) -> None: ...
 
+    async def start_runs(self, meta: ArrayMeta, indices: list[Index], priority: int) -> None: ...
+
 
 def stripe_key(path: str, stripe: Stripe) -> StripeKey:
     return StripeKey(path, stripe.start, stripe.stop)
@@ -165,6 +167,9 @@ class Stripes:
             # Ahead of any chunk load: whoever waits for this stripe waits for nothing
             # else now, and loads for later stripes queued meanwhile would delay it.
             view = await self.pool.run(assemble, meta, plan, chunks, out, priority=URGENT)
+            # The chunks are released below: their buffers are recycled only once
+            # nothing but the cache refers to them.
+            del chunks
             value = np.frombuffer(view, dtype=np.uint8)
             value.flags.writeable = False
             assembly.value = value
@@ -208,6 +213,7 @@ class Stripes:
                 missing.append(index)
         if not missing:
             return found
+        await self.chunks.start_runs(meta, missing, priority)
         errors: list[Exception] = []
 
         async def load(index: Index) -> None:
