@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Install everything zarrfs needs on Debian (12 "bookworm" and later), idempotently:
-#   - system packages: fuse3, libfuse3-dev, pkg-config, gcc + libc6-dev, and python3 /
-#     python3-dev / python3-venv when the current python3 lacks them
-#     (pyfuse3 is built from its sdist against libfuse3);
+#   - system packages: fuse3 (fusermount3, mount.fuse3), and what building libfuse and
+#     pyfuse3 takes: gcc + libc6-dev, meson, ninja-build, pkg-config, patch, xz-utils,
+#     and python3 / python3-dev / python3-venv when the current python3 lacks them;
 #   - every program the tests and scripts run (see PROGRAMS below): fio, getfattr
 #     (attr), mount/umount/findmnt (util-linux, mount), dd/cat/ls/truncate/mkfifo
 #     (coreutils), od (coreutils), node (nodejs), and npm where nodejs lacks it
 #     (Debian's nodejs does; NodeSource's brings its own, and conflicts with it);
 #   - Azurite, Microsoft's Azure Storage emulator, from npm into <repo>/.node (the
 #     Azure store's tests run it: tests/support/clouds.py);
-#   - a virtualenv in <repo>/.venv with zarrfs installed editable plus the
-#     test extra (pytest, hypothesis, zarr, tensorstore, xarray, ruff);
+#   - a virtualenv in <repo>/.venv with a private libfuse 3.17.2 in .venv/libfuse and
+#     pyfuse3 compiled against it (scripts/build_libfuse.sh: one patch makes libfuse ask
+#     the kernel for FUSE_DIRECT_IO_ALLOW_MMAP, so programs can mmap zarrfs's direct_io
+#     files MAP_SHARED), and zarrfs installed editable plus the test extra (pytest,
+#     hypothesis, zarr, tensorstore, xarray, ruff);
 #   - a virtualenv in <repo>/.venv-zarr2 holding zarr-python 2.18, which cannot
 #     share one with zarr-python 3 (tests/mount/reads/test_zarr_readers.py runs it);
 #   - /usr/local/bin/zarrfs, a link to the venv's zarrfs (mount(8) runs it for fstab).
-# Safe to run again: apt is skipped when nothing is missing, the venv is reused.
+# Safe to run again: apt is skipped when nothing is missing, the venv is reused, and
+# libfuse and pyfuse3 are built once.
 # Run as root (or as a user with sudo) from any directory.
 set -euo pipefail
 
@@ -30,10 +34,12 @@ pkg_installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
 }
 
-# The build of pyfuse3, and the programs the tests and scripts run (each test that
-# runs one fails loudly without it: never a skip). Keep this list in step with
-# tests/process/test_install.py, which checks every program named there is on PATH.
-PACKAGES=(fuse3 libfuse3-dev pkg-config gcc libc6-dev fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin nodejs)
+# The build of libfuse and pyfuse3 (scripts/build_libfuse.sh), fuse3 for fusermount3
+# (libfuse runs it to mount without root), and the programs the tests and scripts run
+# (each test that runs one fails loudly without it: never a skip). Keep this list in
+# step with tests/process/test_install.py, which checks every program named there is
+# on PATH.
+PACKAGES=(fuse3 pkg-config gcc libc6-dev meson ninja-build patch xz-utils fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin nodejs)
 need=()
 for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")
@@ -91,8 +97,13 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 say "upgrading pip"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-say "installing zarrfs (editable) with the test extra; pyfuse3 is compiled on first install"
+# pyfuse3 is built first, against the private libfuse: PyPI has only its sdist, which
+# pip would otherwise compile against the system's libfuse 3.14. pip then keeps it
+# (it satisfies pyfuse3>=3.3); --check makes sure it did.
+bash scripts/build_libfuse.sh "$VENV"
+say "installing zarrfs (editable) with the test extra"
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+bash scripts/build_libfuse.sh --check "$VENV"
 
 "$VENV/bin/python" -c 'import pyfuse3, numpy, numcodecs, trio, click' \
     || die "the virtualenv is missing a runtime dependency (see the pip output above)"
