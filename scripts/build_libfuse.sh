@@ -114,7 +114,7 @@ if [ "$CHECK_ONLY" = 1 ]; then
     libfuse_is_built || say "$PREFIX holds no libfuse built from these sources and patch"
     problem="$(pyfuse3_problem)"
     [ -z "$problem" ] || say "$problem"
-    die "pyfuse3 in $VENV is not built against the patched libfuse: run $0 $VENV"
+    die "$VENV needs its libfuse and pyfuse3 built: run $0 $VENV"
 fi
 
 missing=()

@@ -3,7 +3,8 @@
 A program installed by hand on one machine hides a missing install step until the
 suite runs on a fresh one. This test reads every ``subprocess`` call with a literal
 command in tests/, scripts/, zarrfs/ and bench/ (and the shell scripts' commands we know
-of), and checks that each program is one install.sh provides and is on PATH.
+of), and checks that each program is one install.sh provides and is on PATH; and that the
+venv's pyfuse3 runs on the libfuse scripts/build_libfuse.sh builds into <repo>/.venv/libfuse.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ast
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,8 +41,16 @@ PROGRAMS = {
     "gdal_translate": "gdal-bin",
     "ncdump": "netcdf-bin",  # netCDF-C reads the mount as a Zarr store: test_zarr_readers.py
     "node": "nodejs",  # runs Azurite, the Azure emulator: tests/support/clouds.py
+    # scripts/build_libfuse.sh builds libfuse and pyfuse3 with them
+    "gcc": "gcc",
+    "meson": "meson",
+    "ninja": "ninja-build",
+    "pkg-config": "pkg-config",
+    "patch": "patch",
+    "xz": "xz-utils",
+    "ldd": "libc-bin",  # which libfuse pyfuse3 loads: test_pyfuse3_links_the_libfuse_...
 }
-_ESSENTIAL = {"bash"}  # Debian's essential set: always there
+_ESSENTIAL = {"bash", "libc-bin"}  # Debian's essential set: always there
 _SUBPROCESS = {"run", "Popen", "check_output", "check_call", "call"}
 
 
@@ -107,3 +117,36 @@ def test_zarrfs_is_linked_where_mount_finds_it() -> None:
     assert link.is_symlink(), f"{link} is not a link (run scripts/install.sh)"
     assert os.readlink(link) == str(script), f"{link} -> {os.readlink(link)}, not {script}"
     assert f"LINK={link}" in (REPO / "scripts" / "install.sh").read_text()
+
+
+def test_pyfuse3_links_the_libfuse_built_in_the_venv() -> None:
+    """zarrfs's direct_io files can be mmapped MAP_SHARED only with the libfuse that
+    scripts/build_libfuse.sh patches to ask for FUSE_DIRECT_IO_ALLOW_MMAP: the pyfuse3
+    the tests import must load it from <repo>/.venv/libfuse, not the system's 3.14."""
+    library = (REPO / ".venv" / "libfuse" / "lib" / "libfuse3.so.4").resolve()
+    assert library.is_file(), f"{library} is missing (run scripts/install.sh)"
+    import pyfuse3  # here: without the library, the import fails on it
+
+    ldd = subprocess.run(["ldd", pyfuse3.__file__], capture_output=True, text=True, check=True)
+    loaded = {}  # libfuse's soname → the file ldd resolves it to (or "not found")
+    for line in ldd.stdout.splitlines():
+        name, sep, target = line.strip().partition(" => ")
+        if sep and name.startswith("libfuse"):
+            path = target.split(" (", 1)[0]
+            loaded[name] = str(Path(path).resolve()) if path.startswith("/") else path
+    assert loaded == {"libfuse3.so.4": str(library)}, (
+        f"{pyfuse3.__file__} loads {loaded or 'no libfuse'}, not {library} "
+        "(run scripts/build_libfuse.sh)"
+    )
+
+
+def test_the_venv_libfuse_carries_the_patch() -> None:
+    """build_libfuse.sh --check: the venv's libfuse was built from the sources and the
+    patch the script names now (its stamp), and pyfuse3 links it."""
+    check = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build_libfuse.sh"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
