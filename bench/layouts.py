@@ -176,10 +176,10 @@ def tensorstore_round(store: Path, driver: str, data: np.ndarray, what: str) -> 
     return elapsed, cpu_text(usage, {"tensorstore": usage.own}), usage.busy
 
 
-def zarrfs_round(b: Bench, store: Path, data: np.ndarray, what: str) -> Round:
+def zarrfs_round(b: Bench, store: Path, data: np.ndarray, what: str, *options: str) -> Round:
     """Seconds of ``dd bs=1M`` of array.raw on a fresh mount (its bytes checked after),
     and where the CPU went."""
-    elapsed, usage = metered_dd(store, b.work, data, what)
+    elapsed, usage = metered_dd(store, b.work, data, what, options=options)
     text = cpu_text(usage, {"daemon": usage.watched, "dd": usage.children})
     return elapsed, text, usage.busy
 
@@ -216,15 +216,18 @@ def run_side(side: Side, mb: float, read: Callable[[], Round]) -> str:
 def compare_reads(
     b: Bench, layout: Layout, codec: str, store: Path, data: np.ndarray
 ) -> list[Side]:
-    """``ROUNDS`` alternating rounds of zarr-python, tensorstore and zarrfs, each
-    printed; the three sides."""
+    """``ROUNDS`` alternating rounds of zarr-python, tensorstore, zarrfs and zarrfs
+    with ``--kernel-cache`` (reads through the page cache: two copies), each printed;
+    the four sides."""
     what = f"layouts {layout.name} {codec}"
     mb = data.nbytes / MiB
     zp, ts, fs = Side("zarr-python"), Side("tensorstore"), Side("zarrfs")
+    pc = Side("page cache")
     readers: list[tuple[Side, Callable[[], Round]]] = [
         (zp, lambda: zarr_python_round(store, data, what)),
         (ts, lambda: tensorstore_round(store, layout.ts_driver, data, what)),
         (fs, lambda: zarrfs_round(b, store, data, what)),
+        (pc, lambda: zarrfs_round(b, store, data, what, "--kernel-cache")),
     ]
     for n in range(ROUNDS):
         cpu = {side.name: run_side(side, mb, read) for side, read in readers}
@@ -232,12 +235,13 @@ def compare_reads(
         for name, text in cpu.items():
             if text:
                 print(f"      {name:<11} {text}")
-    return [zp, ts, fs]
+    return [zp, ts, fs, pc]
 
 
 def read_results(label: str, codec: str, sides: list[Side]) -> tuple[list[Result], list[str]]:
-    """zarrfs's best round against each reference's: the Results, and the failures."""
-    zp, ts, fs = sides
+    """zarrfs's best round against each reference's, and beside zarrfs through the
+    page cache: the Results, and the failures."""
+    zp, ts, fs, pc = sides
     failures = [s.failure for s in sides if s.failure is not None]
     fs_rate = fs.best()
     if fs_rate is None:
@@ -249,6 +253,11 @@ def read_results(label: str, codec: str, sides: list[Side]) -> tuple[list[Result
             results.append(
                 versus(f"layouts {label} vs {ref.name}", fs_rate, ref_rate, "MiB/s", target)
             )
+    pc_rate = pc.best()
+    if pc_rate is not None:
+        results.append(
+            reference(f"layouts {label} vs --kernel-cache", fs_rate, pc_rate, "MiB/s", "page cache")
+        )
     return results, failures
 
 

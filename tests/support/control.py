@@ -17,7 +17,7 @@ STATS_KEYS = {
     *("chunks_loaded", "read_ahead_loads", "chunks_decoded", "cache_bytes", "cache_size"),
     *("chunks_encoded", "chunks_deleted", "bytes_stored", "dirty_chunks", "dirty_bytes"),
     *("chunks_being_stored", "write_cache_size", "errors", "decode_failures"),
-    *("store_failures", "last_store_error", "store_failing"),
+    *("store_failures", "last_store_error", "store_failing", "direct_reads"),
 }
 
 

@@ -138,6 +138,13 @@ def check_log_level(ctx: click.Context, param: click.Parameter, value: str) -> s
     "again at the next open, lookup or stat (0: at every one; up to 604800).",
 )
 @click.option(
+    "--kernel-cache",
+    is_flag=True,
+    help="Read array.raw and array.npy through the kernel's page cache (two copies per "
+    "read; the kernel serves repeated reads) rather than straight into the reader's "
+    "buffer, which the mount does where the kernel and libfuse allow it.",
+)
+@click.option(
     "--no-consolidated",
     is_flag=True,
     help=(
@@ -197,6 +204,7 @@ def mount_command(
     flush_interval: float,
     readahead: int,
     metadata_ttl: float,
+    kernel_cache: bool,
     no_consolidated: bool,
     anonymous: bool,
     disk_cache: str | None,
@@ -236,6 +244,7 @@ def mount_command(
         metadata_ttl=metadata_ttl,
         disk_cache=None if disk_cache is None else os.path.abspath(disk_cache),
         disk_cache_size=disk_cache_size,
+        kernel_cache=kernel_cache,
     )
     check_not_nested(store, mountpoint)  # first: a nested mountpoint is also "not empty"
     check_mountpoint(mountpoint)

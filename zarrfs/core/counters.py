@@ -39,6 +39,9 @@ class Counters:
     store_failures: int = 0  # chunk reads and flushes the store failed
     last_store_error: str | None = None  # the newest of them, as logged
     started: float = field(default_factory=time.monotonic)
+    # Reads of array.raw and array.npy go straight into the reader's buffer (one
+    # copy), the page cache unused: fuse/directio.py says when the mount can.
+    direct_reads: bool = False
     # Not in stats: whether the read path reuses its memory.
     buffers_recycled: int = 0  # decode buffers kept for the next load
     stripes_assembled: int = 0

@@ -48,6 +48,10 @@ class MountOptions:
     metadata_ttl: float = DEFAULT_TTL
     disk_cache: str | None = None  # a remote store's values kept in this directory
     disk_cache_size: int = 10 << 30
+    # Reads of array data through the page cache even where they could bypass it
+    # (fuse/directio.py): repeated reads of arrays larger than the chunk cache are
+    # then served by the kernel.
+    kernel_cache: bool = False
 
 
 def _checked_store(location: str, options: MountOptions) -> Store:

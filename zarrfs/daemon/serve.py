@@ -27,7 +27,9 @@ from zarrfs.daemon.storelock import StoreLock
 from zarrfs.daemon.systemd import notify_systemd
 from zarrfs.daemon.tuning import set_readahead, tune_gc, tune_malloc
 from zarrfs.errors import StoreError, ZarrfsError
+from zarrfs.fuse.directio import shared_mmap_allowed
 from zarrfs.fuse.operations import Operations
+from zarrfs.views.control import CONTROL_NAME, STATS_NAME
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,7 @@ async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> 
             # The kernel lowers read-ahead to what INIT negotiated; raise it after.
             await ops.initialised.wait()
             await trio.to_thread.run_sync(set_it)
+
 
         async def watch_signals() -> None:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
@@ -248,6 +251,12 @@ def _serve_mounted(
         readahead = None
         if options.readahead:
             readahead = functools.partial(set_readahead, target, options.readahead)
+        # Asked at the first open of array data (fuse/directio.py): then a file of the
+        # mount is open anyway, so the probe's own open never makes an unmount find
+        # the mount busy.
+        stats = os.path.join(target, CONTROL_NAME, STATS_NAME)
+        ops.direct_probe = functools.partial(shared_mmap_allowed, stats)
+        ops.kernel_cache = options.kernel_cache
         trio.run(_run, ops, readahead)
         notify_systemd("STOPPING=1")
     finally:

@@ -13,6 +13,7 @@ import logging
 import os
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,14 @@ log = logging.getLogger(__name__)
 
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
+# Seconds a write waits for the kernel to drop the other file's pages (Operations._written).
+SIBLING_WAIT = 1.0
+DIRECT_READS = "reads of array data bypass the page cache (one copy each)"
+NO_DIRECT_READS = (
+    "reads of array data go through the page cache (two copies each): this kernel "
+    "or libfuse cannot map direct_io files shared (kernel 6.6+ and the libfuse of "
+    "scripts/build_libfuse.sh can)"
+)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 # Directories' attributes are kept for the most recently asked ones only, so that a
 # listed node costs nothing here (docs/semantics.md, "Limits and hostile input");
@@ -90,6 +99,13 @@ class Operations(pyfuse3.Operations):
         # what changes in the store is seen after the TTL (namespace/freshness.py).
         self.ttl = tree.freshness.ttl
         tree.add_refresh_listener(self._refreshed)
+        # Whether the kernel maps direct I/O files shared is asked once, at the first
+        # open of array data (fuse/directio.py); None: never (handler tests). Reads of
+        # array data then bypass the page cache, unless ``kernel_cache``.
+        self.direct_probe: Callable[[], bool] | None = None
+        self.direct_maps = False
+        self.kernel_cache = False
+        self._probed = trio.Lock()
 
     def init(self) -> None:
         # Called while answering INIT; waiters run after the reply has been sent.
@@ -322,6 +338,9 @@ class Operations(pyfuse3.Operations):
                 raise AccessDeniedError(f"{node.name}: metadata documents are read-only")
             self._pin(node)
         handle = OpenFile(node, inode)
+        # Before any handle of array data exists, the kernel is asked whether it maps
+        # direct I/O files shared: how reads are served, and how writes drop pages.
+        direct = node.view.reads_counted and await self._direct_reads()
         if self._fresh_document(node):
             await self.tree.store_shapes(self.inodes.parent(inode))
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
@@ -335,6 +354,10 @@ class Operations(pyfuse3.Operations):
             # fill value, in pages it holds locked while it waits for our reply.
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         if node.view.volatile:
+            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
+        if direct:
+            # One copy per read, straight into the reader's buffer; the kernel still
+            # maps the file shared through its page cache (fuse/directio.py).
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=True)
 
@@ -371,7 +394,7 @@ class Operations(pyfuse3.Operations):
         before = view.size
         written = await view.write(off, buf)
         handle.wrote = True
-        await self._changed(handle.inode, handle.node, data=True)
+        await self._written(handle.inode)
         if view.size != before:
             await self._changed(handle.inode, handle.node, data=False)
         if self.writeback is not None:
@@ -413,17 +436,63 @@ class Operations(pyfuse3.Operations):
         if node.parent is not None and not unlisted(node):
             self.tree.pin(node.parent)
 
+    async def _direct_reads(self) -> bool:
+        """Whether reads of array data bypass the page cache: the probe's answer, asked
+        at most once (its own open of ``.zarrfs/stats`` is answered meanwhile)."""
+        async with self._probed:
+            probe, self.direct_probe = self.direct_probe, None
+            if probe is not None:
+                self.direct_maps = await trio.to_thread.run_sync(probe)
+                direct = self.direct_maps and not self.kernel_cache
+                self.counters.direct_reads = direct
+                if not self.kernel_cache:
+                    log.info("%s", DIRECT_READS if direct else NO_DIRECT_READS)
+        return self.counters.direct_reads
+
     async def _changed(self, inode: int, node: FileNode, *, data: bool) -> None:
         """Tell the kernel that an array's files changed, so no stale page is served.
 
         ``array.raw`` and ``array.npy`` share their bytes, so both are invalidated:
         their pages (``data``) where a reading handle may have cached some, else
-        their attributes (size). Writing handles use direct I/O and lock no pages,
-        so this cannot wait on the request being answered. Runs in a thread.
+        their attributes (size). Runs in a thread.
         """
+        for target in self._changed_inodes(inode, data=data):
+            await trio.to_thread.run_sync(kernel.invalidate, target, not data)
+
+    async def _written(self, inode: int) -> None:
+        """``_changed`` of the data after a write through ``inode``.
+
+        Where shared writable maps exist (the kernel maps direct I/O files), a write
+        may be the kernel writing back a map's pages, which stay locked until it is
+        answered: dropping them waits for that answer. So the
+        pages of the file written are dropped after the answer (the kernel drops a
+        direct write's range from them itself), and those of its sibling (array.raw
+        for array.npy) before it, but not for longer than SIBLING_WAIT (both files
+        being written back at once would otherwise wait for each other).
+        """
+        targets = self._changed_inodes(inode, data=True)
+        if not self.direct_maps:
+            for target in targets:
+                await trio.to_thread.run_sync(kernel.invalidate, target, False)
+            return
+        if inode in targets:
+            trio.lowlevel.spawn_system_task(self._drop_pages, inode)
+        with trio.move_on_after(SIBLING_WAIT):
+            for target in targets:
+                if target != inode:
+                    await trio.to_thread.run_sync(
+                        kernel.invalidate, target, False, abandon_on_cancel=True
+                    )
+
+    async def _drop_pages(self, inode: int) -> None:
+        await trio.to_thread.run_sync(kernel.invalidate, inode, False)
+
+    def _changed_inodes(self, inode: int, *, data: bool) -> list[int]:
+        """The inodes of the files sharing ``inode``'s bytes whose pages (``data``)
+        or attributes the kernel may hold."""
         parent = self.inodes.parent(inode)
         if parent is None or not self.mounted:
-            return
+            return []
         targets = []
         for sibling in self.tree.entries(parent).values():
             if not isinstance(sibling, FileNode):
@@ -439,8 +508,7 @@ class Operations(pyfuse3.Operations):
                     continue
                 self.page_cached.discard(sibling_inode)
             targets.append(sibling_inode)
-        for target in targets:
-            await trio.to_thread.run_sync(kernel.invalidate, target, not data)
+        return targets
 
     # -- the tree's shape is the store's: no names are created, removed or renamed ----
 

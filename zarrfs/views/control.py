@@ -50,6 +50,7 @@ def snapshot(
         "read_only": writeback is None,
         "uptime_seconds": round(counters.uptime, 3),
         "bytes_read": counters.bytes_read,
+        "direct_reads": counters.direct_reads,
         "cache_hits": counters.cache_hits,
         "cache_misses": counters.cache_misses,
         "chunks_loaded": counters.chunks_loaded,
