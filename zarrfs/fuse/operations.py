@@ -288,7 +288,7 @@ class Operations(pyfuse3.Operations):
             if fh is not None:  # ftruncate: that handle's close stores the change
                 with contextlib.suppress(ZarrfsError):
                     self.files.get(fh).wrote = True
-            await self._changed(inode, node, data=True)
+            await self._changed(inode, data=True)
         # Times, mode and owner follow the store; changing them is accepted and ignored,
         # as on sshfs, so `touch` and `cp -p` work.
         return self.attributes(node)
@@ -348,7 +348,7 @@ class Operations(pyfuse3.Operations):
             if flags & os.O_TRUNC:
                 node.view.open_truncated()
                 handle.wrote = True
-                await self._changed(inode, node, data=True)
+                await self._changed(inode, data=True)
             # A handle that writes bypasses the page cache: the kernel would otherwise
             # keep the zeros it put past the old end of file where the array reads
             # fill value, in pages it holds locked while it waits for our reply.
@@ -396,7 +396,7 @@ class Operations(pyfuse3.Operations):
         handle.wrote = True
         await self._written(handle.inode)
         if view.size != before:
-            await self._changed(handle.inode, handle.node, data=False)
+            await self._changed(handle.inode, data=False)
         if self.writeback is not None:
             await self.writeback.relieve()
         return written
@@ -449,7 +449,7 @@ class Operations(pyfuse3.Operations):
                     log.info("%s", DIRECT_READS if direct else NO_DIRECT_READS)
         return self.counters.direct_reads
 
-    async def _changed(self, inode: int, node: FileNode, *, data: bool) -> None:
+    async def _changed(self, inode: int, *, data: bool) -> None:
         """Tell the kernel that an array's files changed, so no stale page is served.
 
         ``array.raw`` and ``array.npy`` share their bytes, so both are invalidated:
@@ -470,11 +470,10 @@ class Operations(pyfuse3.Operations):
         for array.npy) before it, but not for longer than SIBLING_WAIT (both files
         being written back at once would otherwise wait for each other).
         """
-        targets = self._changed_inodes(inode, data=True)
         if not self.direct_maps:
-            for target in targets:
-                await trio.to_thread.run_sync(kernel.invalidate, target, False)
+            await self._changed(inode, data=True)
             return
+        targets = self._changed_inodes(inode, data=True)
         if inode in targets:
             trio.lowlevel.spawn_system_task(self._drop_pages, inode)
         with trio.move_on_after(SIBLING_WAIT):

@@ -170,20 +170,9 @@ class Loads:
     ) -> Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more.
         ``prefetched``: started ahead of a reader (it counts in ``prefetching``)."""
-        key = ChunkKey((meta.path, index))
-        out = self.buffers.take(meta.chunk_nbytes) if meta.codecs.decodes_into else None
         # Nothing between registering the flight and queueing its job may raise:
         # waiters would wait for a load that never comes.
-        flight = Flight(background=priority == BACKGROUND)
-        self._flights[key] = flight
-        self.counters.chunks_loaded += 1
-        if prefetched:
-            self.prefetching += 1
-            self.counters.read_ahead_loads += 1
-        finish = self._finisher(key, flight, counted=prefetched)
-        # The buffer goes in a list that the load empties: a worker thread holds its
-        # last job's arguments until it takes the next, and must not hold the buffer.
-        spare = [out] if out is not None else []
+        flight, spare, finish = self._chunk_flight(meta, index, priority, prefetched)
         decoders, fetchers = self.pools.decoders, self.pools.fetchers
         if fetchers is None:
             decoders.submit(self.load, meta, index, spare, where, priority=priority, on_done=finish)
@@ -220,13 +209,8 @@ class Loads:
         assert fetchers is not None
         loads = []
         for member in run.members:
-            key = ChunkKey((meta.path, member.index))
-            out = self.buffers.take(meta.chunk_nbytes) if meta.codecs.decodes_into else None
-            flight = Flight(background=priority == BACKGROUND)
-            self._flights[key] = flight
-            self.counters.chunks_loaded += 1
-            spare = [out] if out is not None else []
-            loads.append((member, spare, self._finisher(key, flight, counted=False)))
+            _, spare, finish = self._chunk_flight(meta, member.index, priority, False)
+            loads.append((member, spare, finish))
         token = trio.lowlevel.current_trio_token()
         limit = size_bound(meta.chunk_nbytes)
 
@@ -258,6 +242,25 @@ class Loads:
             loads.clear()  # this thread keeps no buffer (nor the run's bytes)
 
         fetchers.submit(fetch, priority=priority, on_done=_ignore)
+
+    def _chunk_flight(
+        self, meta: ArrayMeta, index: Index, priority: int, prefetched: bool
+    ) -> tuple[Flight, list[np.ndarray], Callable[[outcome.Outcome], None]]:
+        """A chunk's flight, registered and counted: (flight, the spare buffer to
+        decode into, its finisher). ``prefetched``: started ahead of a reader (it
+        counts in ``prefetching``)."""
+        key = ChunkKey((meta.path, index))
+        out = self.buffers.take(meta.chunk_nbytes) if meta.codecs.decodes_into else None
+        flight = Flight(background=priority == BACKGROUND)
+        self._flights[key] = flight
+        self.counters.chunks_loaded += 1
+        if prefetched:
+            self.prefetching += 1
+            self.counters.read_ahead_loads += 1
+        # The buffer goes in a list that the load empties: a worker thread holds its
+        # last job's arguments until it takes the next, and must not hold the buffer.
+        spare = [out] if out is not None else []
+        return flight, spare, self._finisher(key, flight, counted=prefetched)
 
     def _finisher(
         self, key: CacheKey, flight: Flight, *, counted: bool
