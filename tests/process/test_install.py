@@ -40,6 +40,11 @@ PROGRAMS = {
     "gdalinfo": "gdal-bin",  # the sidecar headers' tests read array.raw through GDAL
     "gdal_translate": "gdal-bin",
     "ncdump": "netcdf-bin",  # netCDF-C reads the mount as a Zarr store: test_zarr_readers.py
+    "cdo": "cdo",  # reads group.nc: the netCDF view's tests
+    "ncks": "nco",  # reads group.nc: the netCDF view's tests
+    "tiffinfo": "libtiff-tools",  # reads array.tif: the TIFF view's tests
+    "tiffdump": "libtiff-tools",
+    "imagej": "imagej",  # opens array.tif as a stack, headless: the TIFF view's tests
     "node": "nodejs",  # runs Azurite, the Azure emulator: tests/support/clouds.py
     # scripts/build_libfuse.sh builds libfuse and pyfuse3 with them
     "gcc": "gcc",

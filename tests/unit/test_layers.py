@@ -18,7 +18,10 @@ LAYERS = ["stores", "formats", "core", "views", "namespace", "fuse", "daemon", "
 SHARED = {"errors", "__init__", "__main__"}
 # Inside a layer, folders and modules that are layers of their own, lowest first.
 SUBLAYERS = {
-    "formats": ["limits", "grid", "codecs", "model", "sidecars", "metadata"],
+    "formats": [
+        "limits", "grid", "codecs", "model", "conventions", "sidecars", "tiff", "netcdf",
+        "metadata",
+    ],
 }
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
+from zarrfs.formats.conventions import Surroundings
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
 from zarrfs.stores.base import Store
@@ -105,6 +106,20 @@ def _sibling_array(node: DirNode, name: str) -> ArrayState | None:
     children = node.parent.children if node.parent is not None else None
     sibling = children.get(name) if children is not None else None
     return sibling.state if sibling is not None and sibling is not node else None
+
+
+def surroundings(node: DirNode) -> Surroundings:
+    """Where the array of ``node`` sits, for the conventions that write facts
+    beside it (formats/conventions): its siblings' metadata and its group's
+    attributes, both loaded already (the group was listed to reach the array)."""
+    parent = node.parent
+    group_attrs = parent.meta.attrs if parent is not None else {}
+
+    def sibling(name: str) -> ArrayMeta | None:
+        state = _sibling_array(node, name)
+        return state.meta if state is not None else None
+
+    return Surroundings(node.name, sibling, group_attrs)
 
 
 # -- the control directory ------------------------------------------------------------
