@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
-from zarrfs.formats.conventions import Surroundings
+from zarrfs.formats.conventions import Surroundings, conventions_of
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
 from zarrfs.stores.base import Store
@@ -82,7 +82,9 @@ def array_entries(
             NPY_NAME: NpyView(state, writeback),
         }
         coordinates = functools.partial(_coordinates, node, state)
-        views.update(sidecar_views(state, coordinates, writeback))
+        conventions = functools.cache(lambda: conventions_of(state.meta, surroundings(node)))
+        sibling = functools.partial(_sibling_array, node)
+        views.update(sidecar_views(state, coordinates, writeback, conventions, sibling))
         for name, view in views.items():
             entries[name] = FileNode(name, view, node.mtime, node)
     assert isinstance(loaded.meta, ArrayMeta)

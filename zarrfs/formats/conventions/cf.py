@@ -146,11 +146,25 @@ _WGS84 = (
 )
 
 
+_MERCATOR = (
+    'PROJCS["WGS 84 / Pseudo-Mercator",' + _WGS84 + ',AUTHORITY["EPSG","4326"]],'
+    'PROJECTION["Mercator_1SP"],PARAMETER["central_meridian",0],PARAMETER["scale_factor",1],'
+    'PARAMETER["false_easting",0],PARAMETER["false_northing",0],'
+    'UNIT["metre",1,AUTHORITY["EPSG","9001"]],AXIS["Easting",EAST],AXIS["Northing",NORTH],'
+    'EXTENSION["PROJ4","+proj=merc +a=6378137 +b=6378137 +lat_ts=0 +lon_0=0 +x_0=0 +y_0=0 '
+    '+k=1 +units=m +nadgrids=@null +wktext +no_defs"],AUTHORITY["EPSG","3857"]]'
+)
+# The outermost nodes of WKT1 (OGC 01-009), which readers of WKT1 alone accept.
+_WKT1_NODES = ("PROJCS[", "GEOGCS[", "GEOCCS[", "COMPD_CS[", "VERT_CS[", "LOCAL_CS[")
+
+
 def known_wkt(epsg: int) -> str | None:
-    """A WKT1 for the EPSG codes known here: WGS 84 (4326) and its UTM zones
-    (32601-32660 north, 32701-32760 south)."""
+    """A WKT1 for the EPSG codes known here: WGS 84 (4326), its UTM zones
+    (32601-32660 north, 32701-32760 south) and Web Mercator (3857)."""
     if epsg == 4326:
         return _WGS84 + ',AUTHORITY["EPSG","4326"]]'
+    if epsg == 3857:
+        return _MERCATOR
     zone, south = epsg % 100, epsg // 100 == 327
     if epsg // 100 not in (326, 327) or not 1 <= zone <= 60:
         return None
@@ -163,6 +177,16 @@ def known_wkt(epsg: int) -> str | None:
         'UNIT["metre",1,AUTHORITY["EPSG","9001"]],AXIS["Easting",EAST],AXIS["Northing",NORTH],'
         f'AUTHORITY["EPSG","{epsg}"]]'
     )
+
+
+def wkt1_of(crs: Crs | None) -> str | None:
+    """The CRS as WKT1, for readers of WKT1 alone (GDAL 3.6's ENVI driver): its
+    WKT if that is WKT1, else the known WKT1 of its EPSG code."""
+    if crs is None:
+        return None
+    if crs.wkt is not None and crs.wkt.lstrip().upper().startswith(_WKT1_NODES):
+        return crs.wkt
+    return None if crs.epsg is None else known_wkt(crs.epsg)
 
 
 def _crs(wkt: str | None, epsg: int | None) -> Crs | None:
