@@ -310,9 +310,12 @@ def _nodata(value: object, dtype: np.dtype) -> float | int | None:
         if not isinstance(value, int | float):
             return None
         try:
-            return float(np.asarray(value, dtype=dtype))
+            with np.errstate(over="ignore"):
+                stored = float(np.asarray(value, dtype=dtype))
         except (OverflowError, ValueError):
             return None
+        # a finite value the type cannot hold is no value of it
+        return None if math.isinf(stored) and math.isfinite(value) else stored
     if dtype.kind in "iu":
         if isinstance(value, float) and value.is_integer():
             value = int(value)
