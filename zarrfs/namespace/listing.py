@@ -76,19 +76,23 @@ def array_entries(
 ) -> dict[str, Node]:
     entries = document_entries(node, loaded)
     state = loaded.state
+    meta = loaded.meta
+    assert isinstance(meta, ArrayMeta)
+    # What the attributes mean, worked out once, when a header or info first asks.
+    conventions = functools.cache(
+        lambda: conventions_of(state.meta if state is not None else meta, surroundings(node))
+    )
     if state is not None:
         views: dict[str, View] = {
             RAW_NAME: RawView(state, writeback),
             NPY_NAME: NpyView(state, writeback),
         }
         coordinates = functools.partial(_coordinates, node, state)
-        conventions = functools.cache(lambda: conventions_of(state.meta, surroundings(node)))
         sibling = functools.partial(_sibling_array, node)
         views.update(sidecar_views(state, coordinates, writeback, conventions, sibling))
         for name, view in views.items():
             entries[name] = FileNode(name, view, node.mtime, node)
-    assert isinstance(loaded.meta, ArrayMeta)
-    info = InfoView(loaded.meta, loaded.documents, state, store)
+    info = InfoView(meta, loaded.documents, state, store, conventions)
     entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
     return entries
 

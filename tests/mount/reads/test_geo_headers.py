@@ -14,6 +14,7 @@ import trio
 import zarr
 
 from tests.support.headers import gdalinfo, header_fields, read_exact, require
+from tests.support.info import field
 from tests.support.mounting import mounted
 from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
@@ -109,6 +110,21 @@ def test_gdal_sees_the_crs_nodata_scale_offset_and_dates_of_a_cf_array(tmp_path:
         # The width reserved for dates is kept when they cannot be read (the
         # headers differ by the array's path alone: "bad_time" for "t2m").
         assert len(read_exact(m / "bad_time" / HDR)) == len(header) + 5
+
+
+def test_info_shows_the_attributes_and_what_they_mean(tmp_path: Path) -> None:
+    root = tmp_path / "cf.zarr"
+    cf_store(root)
+    with mounted(root, "--read-only") as m:
+        text = (m / "t2m" / "info").read_text()
+    assert field(text, "Conventions") == "CF-1.8"
+    assert field(text, "CRS").startswith("EPSG:4326, WGS 84, WKT of ")
+    assert field(text, "Coordinates") == "x lon, y lat"
+    assert field(text, "Nodata") == "-32768"
+    assert (field(text, "Scale factor"), field(text, "Add offset")) == ("0.01", "273.15")
+    assert field(text, "Units") == "K"
+    assert field(text, "Time axis") == "dimension 0 (time): days since 2000-01-01, standard"
+    assert field(text, "long_name") == '"2 metre temperature"'
 
 
 def test_gdal_sees_a_projected_crs_and_transform_from_attributes(tmp_path: Path) -> None:
