@@ -329,7 +329,7 @@ def _nodata(value: object, dtype: np.dtype) -> float | int | None:
 def _attribute(value: object) -> object | None:
     """``value`` if it is a JSON scalar or a short list of numbers or of strings."""
     if isinstance(value, str):
-        # netCDF attributes keep their tabs and line breaks (history); nothing else
+        # netCDF attributes keep their tabs and line breaks (a `history`); nothing else
         # unprintable
         return value if len(value) <= MAX_TEXT and not _UNPRINTABLE.search(value) else None
     if isinstance(value, bool):
