@@ -39,7 +39,6 @@ from zarrfs.views.base import ArrayView, View
 log = logging.getLogger(__name__)
 
 HDR_NAME = "array.hdr"  # GDAL looks for array.raw.hdr, then array.hdr: never name both
-NHDR_NAME = "array.nhdr"
 DATA_FILE = "array.raw"
 
 
@@ -190,19 +189,6 @@ class EnviHeaderView(_HeaderView):
         return sidecars.map_info_of(y, x)
 
 
-class NrrdHeaderView(_HeaderView):
-    """``array.nhdr``: a detached NRRD header whose data file is ``array.raw``."""
-
-    def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
-        return sidecars.nrrd_header(
-            meta.dtype,
-            meta.shape,
-            path=meta.path,
-            dimensions=meta.dimension_names,
-            data_file=DATA_FILE,
-        )
-
-
 def sidecar_views(
     state: ArrayState,
     coordinates: Callable[[], Coordinates | None],
@@ -214,6 +200,4 @@ def sidecar_views(
     dtype = state.meta.dtype
     if sidecars.envi_data_type(dtype) is not None:
         views[HDR_NAME] = EnviHeaderView(state, writeback, coordinates())
-    if sidecars.nrrd_type(dtype) is not None:
-        views[NHDR_NAME] = NrrdHeaderView(state, writeback)
     return views
