@@ -57,10 +57,11 @@ def _unit(unit: str | None) -> str:
 def axis_fields(axes: Sequence[Axis]) -> list[str]:
     """The per-axis lines that place the samples of ``axes`` (C order)."""
     kinds, spacings, mins, centers = [], [], [], []
-    listed = False
-    for axis in reversed(axes):  # NRRD: fastest first
-        if axis.type == "channel" and not listed:
-            listed = True  # ITK takes one range axis: the first channel axis
+    # ITK takes one range axis: the first channel axis
+    listed = next((i for i, a in enumerate(axes) if a.type == "channel"), None)
+    for position in reversed(range(len(axes))):  # NRRD: fastest first
+        axis = axes[position]
+        if position == listed:
             kinds.append("list")
             spacings.append("nan")
             mins.append("nan")
