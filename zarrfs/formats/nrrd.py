@@ -169,6 +169,19 @@ def why_no_volumes(axes: Sequence[Axis] | None, shape: Sequence[int]) -> str | N
     return None
 
 
+def volumes_text(axes: Sequence[Axis] | None, shape: Sequence[int]) -> str | None:
+    """What ``info`` says of the image's volumes; None where it has no leading
+    non-space axes."""
+    outer = volume_axes(axes)
+    if outer is None or axes is None or len(shape) != len(axes):
+        return None
+    reason = why_no_volumes(axes, shape)
+    if reason is not None:
+        return f"none: {reason}"
+    names = ", ".join(a.name for a in axes[:outer])
+    return f"{math.prod(shape[:outer])} in {VOLUMES_DIR}/, one per ({names})"
+
+
 def volumes_of(axes: Sequence[Axis] | None, shape: Sequence[int]) -> list[Volume] | None:
     """The volumes of an image of ``shape``, in C order of their index (names sort
     alike); None where it has none (no leading non-space axes, or too many)."""

@@ -78,6 +78,9 @@ def array_entries(
 ) -> dict[str, Node]:
     entries = document_entries(node, loaded)
     state = loaded.state
+    assert isinstance(loaded.meta, ArrayMeta)
+    conventions = conventions_of(loaded.meta, surroundings(node))
+    axes = conventions.axes
     if state is not None:
         views: dict[str, View] = {
             RAW_NAME: RawView(state, writeback),
@@ -85,15 +88,13 @@ def array_entries(
         }
         coordinates = functools.partial(_coordinates, node, state)
         views.update(sidecar_views(state, coordinates, writeback))
-        axes = conventions_of(state.meta, surroundings(node)).axes
         views.update(nrrd_views(state, writeback, axes))
         for name, view in views.items():
             entries[name] = FileNode(name, view, node.mtime, node)
         volumes = _volumes_directory(node, state, writeback, axes)
         if volumes is not None:
             entries[VOLUMES_DIR] = volumes
-    assert isinstance(loaded.meta, ArrayMeta)
-    info = InfoView(loaded.meta, loaded.documents, state, store)
+    info = InfoView(loaded.meta, loaded.documents, state, store, conventions)
     entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
     return entries
 

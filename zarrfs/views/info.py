@@ -24,6 +24,9 @@ import trio
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
 from zarrfs.core.sizes import format_size
+from zarrfs.formats import nrrd
+from zarrfs.formats.conventions import Conventions
+from zarrfs.formats.conventions.ome import axes_text
 from zarrfs.formats.grid.layout import grid_shape
 from zarrfs.formats.metadata.describe import (
     codec_fields,
@@ -91,7 +94,17 @@ def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) 
     return Stored(chunks, nbytes, shards=len(found))
 
 
-def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
+def _convention_rows(meta: ArrayMeta, found: Conventions | None) -> list[tuple[str, str]]:
+    if found is None or found.axes is None:
+        return []
+    rows = [("Axes (OME)", axes_text(found.axes))]
+    volumes = nrrd.volumes_text(found.axes, meta.shape)
+    return rows if volumes is None else [*rows, ("NRRD volumes", volumes)]
+
+
+def info_text(
+    meta: ArrayMeta, stored: Stored | None, dirty: int, conventions: Conventions | None = None
+) -> str:
     """The summary (``stored`` None: nothing stored)."""
     total = meta.n_chunks
     stored = stored or Stored(0, 0)
@@ -111,6 +124,7 @@ def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
         ("Fill value", fill_text(meta)),
         *_codec_rows(meta),
         ("Dimension names", ", ".join(str(d) for d in dims) if dims else "-"),
+        *_convention_rows(meta, conventions),
         ("No. bytes", f"{meta.nbytes} ({format_size(meta.nbytes, short=True)})"),
         ("No. bytes stored", f"{stored.nbytes} ({format_size(stored.nbytes, short=True)})"),
         ("Storage ratio", f"{ratio:.3g}"),
@@ -136,7 +150,9 @@ class InfoView(View):
         documents: Mapping[str, bytes],
         state: ArrayState | None,
         store: Store,
+        conventions: Conventions | None = None,
     ) -> None:
+        self._conventions = conventions  # settled when listed, as the headers' are
         self._meta = meta
         self._documents = documents  # the node's, kept current by a resize's flush
         self._array = state
@@ -155,7 +171,8 @@ class InfoView(View):
         """Worker thread: list the array's keys and summarise them."""
         prefix = meta.path
         keys = ((f"{prefix}/{k}" if prefix else k, n) for k, n in self._store.scan(prefix))
-        return info_text(meta, summarise(meta, keys, documents), dirty).encode()
+        stored = summarise(meta, keys, documents)
+        return info_text(meta, stored, dirty, self._conventions).encode()
 
     async def read(self, offset: int, size: int) -> Buffer:
         if offset == 0 or not self._text:
