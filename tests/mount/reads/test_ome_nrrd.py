@@ -205,6 +205,7 @@ def test_too_many_volumes_give_no_directory_and_info_says_why(tmp_path: Path) ->
         assert "NRRD volumes       : none: 4100 volumes, more than 4096" in info
         fields = header_fields(read_exact(m / "0" / "array.nhdr"))
         assert fields["sizes"] == "2 2 1 4 1025"
+    assert "0: no volumes/: 4100 volumes, more than 4096" in m.log()
 
 
 def test_volumes_follow_a_resize_through_the_mount(tmp_path: Path) -> None:
