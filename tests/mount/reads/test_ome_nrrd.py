@@ -144,6 +144,8 @@ def test_pynrrd_reads_the_last_volume_and_the_placement(image: Image, store: str
     assert header["units"] == ["micrometer"] * 3
     assert header["labels"] == ["x", "y", "z"]
     assert header["kinds"] == ["space"] * 3
+    with pytest.raises(nrrd.NRRDError, match="Size of the data"):
+        nrrd.read(str(mount_of(image, store) / "0" / "volumes" / "t0000_c00.nhdr"))
 
 
 @pytest.mark.parametrize("store", ["v04", "v05"])
