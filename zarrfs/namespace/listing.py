@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Sequence
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
-from zarrfs.formats.conventions import Surroundings, conventions_of
+from zarrfs.formats.conventions import Axis, Surroundings, conventions_of
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
 from zarrfs.stores.base import Store
@@ -26,6 +27,7 @@ from zarrfs.views.base import DocumentView, View
 from zarrfs.views.control import CONTROL_NAME
 from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.npy import NpyView
+from zarrfs.views.nrrd import VOLUMES_DIR, nrrd_views, volume_views
 from zarrfs.views.raw import RawView
 from zarrfs.views.sidecars import Coordinates, find_coordinates, sidecar_views
 
@@ -90,8 +92,13 @@ def array_entries(
         coordinates = functools.partial(_coordinates, node, state)
         sibling = functools.partial(_sibling_array, node)
         views.update(sidecar_views(state, coordinates, writeback, conventions, sibling))
+        axes = conventions().axes
+        views.update(nrrd_views(state, writeback, axes))
         for name, view in views.items():
             entries[name] = FileNode(name, view, node.mtime, node)
+        volumes = _volumes_directory(node, state, writeback, axes)
+        if volumes is not None:
+            entries[VOLUMES_DIR] = volumes
     info = InfoView(meta, loaded.documents, state, store, conventions)
     entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
     return entries
@@ -114,6 +121,19 @@ def _sibling_array(node: DirNode, name: str) -> ArrayState | None:
     return sibling.state if sibling is not None and sibling is not node else None
 
 
+def _volumes_directory(
+    node: DirNode, state: ArrayState, writeback: WriteBack | None, axes: tuple[Axis, ...] | None
+) -> DirNode | None:
+    """``volumes/`` (views/nrrd.py) in the array directory ``node``, where it has one."""
+    files = volume_views(state, writeback, axes)
+    if files is None:
+        return None
+    # Made with the array's listing, never loaded from the store: it is the array's.
+    volumes = virtual_directory(node._loader, node, VOLUMES_DIR, files, node.mtime)
+    volumes.checked = math.inf  # nothing in the store to check it against
+    return volumes
+
+
 def surroundings(node: DirNode) -> Surroundings:
     """Where the array of ``node`` sits, for the conventions that write facts
     beside it (formats/conventions): its siblings' metadata and its group's
@@ -131,17 +151,23 @@ def surroundings(node: DirNode) -> Surroundings:
 # -- the control directory ------------------------------------------------------------
 
 
+def virtual_directory(
+    loader: Loader, parent: DirNode, name: str, files: dict[str, View], mtime: float
+) -> DirNode:
+    """A directory of the mount's own in ``parent``, holding ``files``."""
+    directory = DirNode(loader, parent, name, mtime)
+    directory.loaded = Loaded(GroupMeta(name, 0, ()), NO_DOCUMENTS, None)
+    directory.children = {}
+    set_entries(
+        directory.loaded,
+        {n: FileNode(n, view, mtime, directory) for n, view in sorted(files.items())},
+    )
+    return directory
+
+
 def control_directory(loader: Loader, root: DirNode, files: dict[str, View]) -> DirNode:
     """``.zarrfs/`` (views/control.py) in ``root``, holding ``files``."""
-    now = time.time()
-    control = DirNode(loader, root, CONTROL_NAME, now)
-    control.loaded = Loaded(GroupMeta(CONTROL_NAME, 0, ()), NO_DOCUMENTS, None)
-    control.children = {}
-    set_entries(
-        control.loaded,
-        {name: FileNode(name, view, now, control) for name, view in sorted(files.items())},
-    )
-    return control
+    return virtual_directory(loader, root, CONTROL_NAME, files, time.time())
 
 
 def add_control(entries: dict[str, Node], control: DirNode) -> None:

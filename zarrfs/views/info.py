@@ -20,7 +20,6 @@ Every name and value is shown as printable text, each cut short.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -32,7 +31,9 @@ import trio
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
 from zarrfs.core.sizes import format_size
+from zarrfs.formats import nrrd
 from zarrfs.formats.conventions import Conventions
+from zarrfs.formats.conventions.ome import axes_text
 from zarrfs.formats.grid.layout import grid_shape
 from zarrfs.formats.metadata.describe import (
     codec_fields,
@@ -133,14 +134,6 @@ def _crs_text(conventions: Conventions) -> str | None:
     return _shown(", ".join(parts))
 
 
-def _axis_text(axis: object) -> str:
-    """An axis of the image, each field that is set (generic: any dataclass)."""
-    if not dataclasses.is_dataclass(axis):
-        return _shown(str(axis))
-    fields = ((f.name, getattr(axis, f.name)) for f in dataclasses.fields(axis))
-    return _shown(", ".join(f"{name}={value}" for name, value in fields if value is not None))
-
-
 def conventions_rows(conventions: Conventions) -> list[tuple[str, str]]:
     """What the conventions say, one row per fact found."""
     c = conventions
@@ -164,9 +157,15 @@ def conventions_rows(conventions: Conventions) -> list[tuple[str, str]]:
         rows.append(("Time axis", text))
     if c.band_axis is not None:
         rows.append(("Band axis", f"dimension {c.band_axis}"))
-    for index, axis in enumerate(c.axes or ()):
-        rows.append((f"Axis {index}", _axis_text(axis)))
     return [(name, _shown(value)) for name, value in rows if value is not None]
+
+
+def _ome_rows(meta: ArrayMeta, found: Conventions | None) -> list[tuple[str, str]]:
+    if found is None or found.axes is None:
+        return []
+    rows = [("Axes (OME)", axes_text(found.axes))]
+    volumes = nrrd.volumes_text(found.axes, meta.shape)
+    return rows if volumes is None else [*rows, ("NRRD volumes", volumes)]
 
 
 def info_text(
@@ -203,6 +202,7 @@ def info_text(
         ("Chunks not stored", str(dirty)),
         *_attribute_rows(meta.attrs),
         *conventions_rows(conventions or Conventions()),
+        *_ome_rows(meta, conventions),
     ]
     return "".join(f"{name:<19}: {value}\n" for name, value in rows)
 
@@ -220,8 +220,8 @@ class InfoView(View):
         store: Store,
         conventions: Callable[[], Conventions] | None = None,
     ) -> None:
+        self._conventions = conventions  # settled when listed, as the headers' are
         self._meta = meta
-        self._conventions = conventions
         self._documents = documents  # the node's, kept current by a resize's flush
         self._array = state
         self._store = store

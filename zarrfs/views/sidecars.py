@@ -47,7 +47,6 @@ from zarrfs.views.base import ArrayView, View
 log = logging.getLogger(__name__)
 
 HDR_NAME = "array.hdr"  # GDAL looks for array.raw.hdr, then array.hdr: never name both
-NHDR_NAME = "array.nhdr"
 DATA_FILE = "array.raw"
 
 
@@ -252,19 +251,6 @@ def find_time(
     return found
 
 
-class NrrdHeaderView(_HeaderView):
-    """``array.nhdr``: a detached NRRD header whose data file is ``array.raw``."""
-
-    def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
-        return sidecars.nrrd_header(
-            meta.dtype,
-            meta.shape,
-            path=meta.path,
-            dimensions=meta.dimension_names,
-            data_file=DATA_FILE,
-        )
-
-
 def sidecar_views(
     state: ArrayState,
     coordinates: Callable[[], Coordinates | None],
@@ -282,6 +268,4 @@ def sidecar_views(
         facts = conventions() if conventions is not None else Conventions()
         time = find_time(facts, sibling) if sibling is not None else None
         views[HDR_NAME] = EnviHeaderView(state, writeback, coordinates(), facts, time)
-    if sidecars.nrrd_type(dtype) is not None:
-        views[NHDR_NAME] = NrrdHeaderView(state, writeback)
     return views

@@ -3,11 +3,9 @@ found, as printable lines."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tests.support.info import field, meta_of
 from tests.support.stores import v2_zarray
-from zarrfs.formats.conventions import Axis, Conventions, Crs, TimeAxis
+from zarrfs.formats.conventions import Conventions, Crs, TimeAxis
 from zarrfs.formats.conventions.cf import known_wkt
 from zarrfs.views.info import MAX_ATTRIBUTE_ROWS, conventions_rows, info_text
 
@@ -41,13 +39,6 @@ def test_conventions_rows() -> None:
     assert conventions_rows(Conventions()) == []
     coordinates = dict(conventions_rows(Conventions(x_coordinate="lon", y_coordinate="lat")))
     assert coordinates == {"Coordinates": "x lon, y lat"}
-
-
-def test_axes_are_shown_whatever_they_hold() -> None:
-    axes = (Axis("z", "space", "micrometer", 0.5), Axis("c", "channel"))
-    rows = dict(conventions_rows(replace(FOUND, axes=axes)))
-    assert rows["Axis 0"] == "name=z, type=space, unit=micrometer, scale=0.5, translation=0.0"
-    assert rows["Axis 1"].startswith("name=c, type=channel, scale=1.0")
 
 
 def test_attributes_one_per_line_printable_and_bounded() -> None:
