@@ -29,7 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
+import numpy as np
+
 from zarrfs.formats.conventions import Conventions, Crs, GeoTransform
+from zarrfs.formats.sidecars import regular_axis
 
 # TIFF field types.
 BYTE, ASCII, SHORT, LONG, DOUBLE, LONG8 = 1, 2, 3, 4, 12, 16
@@ -94,6 +97,18 @@ def transform_entries(gt: GeoTransform | None) -> list[Entry]:
         ]
     matrix = (dx, rx, 0.0, x0, ry, dy, 0.0, y0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
     return [(MODEL_TRANSFORMATION, DOUBLE, 16, matrix)]
+
+
+def geotransform_of(y: np.ndarray, x: np.ndarray) -> GeoTransform | None:
+    """GDAL's geotransform of an array whose last two axes have the cell-centre
+    coordinates ``y`` and ``x`` (the corner half a step before the first centre, as
+    for ENVI's map info); None unless both are regular. Either may decrease."""
+    ys, xs = regular_axis(y), regular_axis(x)
+    if ys is None or xs is None:
+        return None
+    (y_first, dy), (x_first, dx) = ys, xs
+    found = (x_first - dx / 2, dx, 0.0, y_first - dy / 2, 0.0, dy)
+    return found if all(math.isfinite(v) for v in found) else None
 
 
 def is_geographic(crs: Crs) -> bool:
