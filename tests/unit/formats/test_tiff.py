@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from zarrfs.formats.conventions import Conventions, Crs
 from zarrfs.formats.tiff import TiffLayout, geo_tags, header_bytes, tiff_layout, tiff_sample
 from zarrfs.formats.tiff.geo import MAX_WKT, NORTH_UP, TURNED
+from zarrfs.formats.tiff.header import further_ifds, ifd_bytes
 from zarrfs.formats.tiff.layout import CLASSIC_LIMIT, MAX_HEADER, MAX_STRIP
 
 DTYPES = ["|u1", "|i1", "<u2", ">u2", "<i2", ">i2", "<u4", ">i4", "<u8", ">i8"]
@@ -65,6 +66,26 @@ def test_tifffile_reads_the_array(dtype: str, shape: tuple[int, ...], bigtiff: b
         read = tif.asarray(key=range(len(tif.pages))) if len(tif.pages) > 1 else tif.asarray()
     np.testing.assert_array_equal(read.reshape(shape), data)
     assert (layout.order == ">") == (np.dtype(dtype).byteorder == ">")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    dtype=st.sampled_from(DTYPES),
+    shape=st.lists(st.integers(1, 6), min_size=2, max_size=4).map(tuple),
+    bigtiff=st.booleans(),
+    bands=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_any_array_reads_back(
+    dtype: str, shape: tuple[int, ...], bigtiff: bool, bands: bool, seed: int
+) -> None:
+    data = values(np.dtype(dtype), shape, seed)
+    layout = layout_of(data.dtype, shape, bigtiff=bigtiff, bands=bands)
+    with tifffile.TiffFile(io.BytesIO(tiff_file(layout, data))) as tif:
+        pages = len(tif.pages)
+        read = tif.asarray(key=range(pages)) if pages > 1 else tif.asarray()
+    assert pages == layout.pages
+    np.testing.assert_array_equal(read.reshape(shape), data)
 
 
 @pytest.mark.parametrize("dtype", ["|u1", ">i2", "<f4", ">c16"])
@@ -156,6 +177,16 @@ def test_any_range_of_the_header_is_that_slice_of_it(
     offset = data.draw(st.integers(0, layout.data_offset + 10))
     size = data.draw(st.integers(0, layout.data_offset + 10))
     assert header_bytes(layout, offset, size, NORTH_UP) == whole[offset : offset + size]
+
+
+@pytest.mark.parametrize("bigtiff", [False, True])
+@pytest.mark.parametrize("shape", [(5, 3, 4), (6, 2, 600, 1000), (40, 1, 1)], ids=str)
+def test_ifds_made_at_once_are_those_made_one_by_one(shape: tuple[int, ...], bigtiff: bool) -> None:
+    layout = layout_of(np.dtype(">f8"), shape, bigtiff=bigtiff)
+    one_by_one = b"".join(ifd_bytes(layout, i, None) for i in range(layout.pages))
+    start = layout.ifd_offset(0)
+    assert header_bytes(layout, start, len(one_by_one)) == one_by_one
+    assert further_ifds(layout, 2, layout.pages - 2) == one_by_one[layout.ifd_offset(2) - start :]
 
 
 # -- geo tags ---------------------------------------------------------------------------
