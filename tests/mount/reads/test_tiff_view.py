@@ -145,7 +145,8 @@ def test_tifffile_reads_the_values(values: Values, dtype: str, ndim: int) -> Non
 
 
 def test_tifffile_maps_the_file(values: Values) -> None:
-    for name in ("f4le_3d_large", "i2be_2d", "f8be_4d", "c8le_3d"):
+    names = [array_name(d, 3) for d in GDAL_TYPES if d != ">c16"]
+    for name in ["f4le_3d_large", "i2be_2d", "f8be_4d", *names]:
         expected = values.references[name]
         mapped = tifffile.memmap(values.mount / name / TIF, mode="r")
         try:
@@ -204,29 +205,21 @@ def test_tiffinfo_and_tiffdump_read_every_directory(values: Values) -> None:
         assert ("big-endian" in dump.stdout) == (name[2:4] == "be")
 
 
+def imagej(path: Path, x: int, y: int, slice_: int) -> subprocess.CompletedProcess[str]:
+    """ImageJ's own opener run headless on ``path`` (tests/support/imagej/ReadStack.java)."""
+    assert IMAGEJ_JAR.is_file(), "scripts/install.sh installs imagej"
+    command = ["java", "-Djava.awt.headless=true", "-cp", str(IMAGEJ_JAR), str(READ_STACK)]
+    command += [str(path), str(x), str(y), str(slice_)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.parametrize("name", ["u2le_3d", "f4le_3d", "f4be_4d", "u1_3d"])
 def test_imagej_opens_the_stack(values: Values, name: str) -> None:
     """ImageJ 1.52 headless (its own opener, through a Java source file: the macro
     runner's open() builds menus, which a headless JVM refuses)."""
-    assert IMAGEJ_JAR.is_file(), "scripts/install.sh installs imagej"
     expected = values.references[name]
     x, y, page = 2, 3, 1
-    result = subprocess.run(
-        [
-            "java",
-            "-Djava.awt.headless=true",
-            "-cp",
-            str(IMAGEJ_JAR),
-            str(READ_STACK),
-            str(values.mount / name / TIF),
-            str(x),
-            str(y),
-            str(page + 1),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = imagej(values.mount / name / TIF, x, y, page + 1)
     assert result.returncode == 0, result.stderr
     slices, width, height, depth, mean, value = result.stdout.split()
     planes = expected.reshape(-1, *expected.shape[-2:])
@@ -234,6 +227,11 @@ def test_imagej_opens_the_stack(values: Values, name: str) -> None:
     assert int(depth) == {1: 8, 2: 16, 4: 32}[expected.dtype.itemsize]
     assert float(value) == pytest.approx(float(planes[page, y, x]), rel=1e-6)
     assert float(mean) == pytest.approx(float(expected.astype(np.float64).mean()), rel=1e-5)
+
+
+def test_imagej_has_no_64_bit_samples(values: Values) -> None:
+    result = imagej(values.mount / "f8be_3d" / TIF, 0, 0, 1)
+    assert result.returncode == 2 and "Unsupported format" in result.stderr + result.stdout
 
 
 def test_listed_where_tiff_has_the_dtype_and_two_axes(values: Values) -> None:

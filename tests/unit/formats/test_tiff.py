@@ -238,14 +238,21 @@ def test_gdal_reads_an_epsg_crs_position_nodata_scale_offset_and_description(
     info = gdalinfo(write(tmp_path / "a.tif", conventions))
     assert info["geoTransform"] == list(GT)
     assert 'ID["EPSG",32633]' in info["coordinateSystem"]["wkt"]
+    assert info["metadata"][""]["AREA_OR_POINT"] == "Area"
     band = info["bands"][0]
     assert band["noDataValue"] == -9999
     assert (band["scale"], band["offset"], band["unit"]) == (0.5, 1.0, "K")
     assert band["description"] == 'air <temperature> "2 m" + more'
 
 
-def test_gdal_reads_a_geographic_crs_and_a_south_up_grid(tmp_path: Path) -> None:
-    south_up = (10.0, 0.5, 0.0, 50.0, 0.0, 0.25)
+@pytest.mark.parametrize(
+    "south_up",
+    [(10.0, 0.5, 0.0, 50.0, 0.0, 0.25), (10.0, -0.5, 0.0, 50.0, 0.0, -0.25)],
+    ids=["y increasing", "x decreasing"],
+)
+def test_gdal_reads_a_geographic_crs_and_a_south_up_grid(
+    tmp_path: Path, south_up: tuple[float, ...]
+) -> None:
     conventions = Conventions(crs=Crs(epsg=4326), geotransform=south_up, nodata=float("nan"))
     info = gdalinfo(write(tmp_path / "a.tif", conventions))
     assert info["geoTransform"] == list(south_up)
