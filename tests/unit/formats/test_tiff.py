@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 
 from zarrfs.formats.conventions import Conventions, Crs
 from zarrfs.formats.tiff import TiffLayout, geo_tags, header_bytes, tiff_layout, tiff_sample
-from zarrfs.formats.tiff.geo import MAX_WKT, NORTH_UP, TURNED
+from zarrfs.formats.tiff.geo import (
+    MAX_METADATA_BANDS,
+    MAX_WKT,
+    NORTH_UP,
+    TURNED,
+    metadata_xml,
+)
 from zarrfs.formats.tiff.header import further_ifds, ifd_bytes
 from zarrfs.formats.tiff.layout import CLASSIC_LIMIT, MAX_HEADER, MAX_STRIP
 
@@ -288,6 +294,12 @@ def test_gdal_reads_bands_with_their_scale(tmp_path: Path) -> None:
     info = gdalinfo(write(tmp_path / "a.tif", conventions, bands=True))
     assert [b["scale"] for b in info["bands"]] == [2.0, 2.0]
     assert "geoTransform" not in info
+
+
+def test_band_metadata_is_bounded() -> None:
+    conventions = Conventions(scale_factor=2.0, units="K")
+    assert metadata_xml(conventions, MAX_METADATA_BANDS) is not None
+    assert metadata_xml(conventions, MAX_METADATA_BANDS + 1) is None
 
 
 def test_turned_stands_for_the_larger_form() -> None:

@@ -56,6 +56,10 @@ ESRI_PE = "ESRI PE String = "
 # GDAL reads a PE string into a buffer of 2400 bytes: a longer WKT is left out.
 MAX_WKT = 2400 - len(ESRI_PE) - 2
 
+# GDAL_METADATA names each band's items: past this many bands it is left out (the
+# first IFD, made again at each read of the file's start, stays small).
+MAX_METADATA_BANDS = 256
+
 # (tag, type, count, values): one IFD entry, values packed by the IFD writer.
 Entry = tuple[int, int, int, Sequence[float] | bytes]
 
@@ -161,8 +165,11 @@ def _number(value: float | int) -> str:
 
 
 def metadata_xml(conventions: Conventions, bands: int) -> str | None:
-    """GDAL_METADATA's XML: each band's scale, offset, unit and description."""
+    """GDAL_METADATA's XML: each band's scale, offset, unit and description; None
+    where there is none, or more than MAX_METADATA_BANDS bands."""
     items = []
+    if bands > MAX_METADATA_BANDS:
+        return None
     for band in range(bands):
         for role, value in (
             ("scale", conventions.scale_factor),
