@@ -2,7 +2,8 @@
 directory at a mount's root; sorted by name, each entry knowing its position.
 
 An array directory shows its documents, ``array.raw`` and ``array.npy`` over the
-array's live state, the sidecar headers its data type allows and ``info``; a
+array's live state, the sidecar headers its data type allows, ``array.tif`` where
+TIFF can show it, and ``info``; a
 group its documents and its child nodes (namespace/tree.py loads those). Which
 sibling arrays an ENVI header takes its map info from is settled when the array
 is first listed, from metadata alone, and kept with the node: a sibling resized
@@ -30,6 +31,7 @@ from zarrfs.views.npy import NpyView
 from zarrfs.views.nrrd import VOLUMES_DIR, nrrd_views, volume_views
 from zarrfs.views.raw import RawView
 from zarrfs.views.sidecars import Coordinates, find_coordinates, sidecar_views
+from zarrfs.views.tiff import TIFF_NAME, tiff_view
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,11 @@ def array_entries(
         views.update(sidecar_views(state, coordinates, writeback, conventions, sibling))
         axes = conventions().axes
         views.update(nrrd_views(state, writeback, axes))
+        tiff = tiff_view(
+            state, writeback, conventions, functools.partial(_tiff_coordinates, node, state)
+        )
+        if tiff is not None and TIFF_NAME not in entries:  # never over a store's member
+            views[TIFF_NAME] = tiff
         for name, view in views.items():
             entries[name] = FileNode(name, view, node.mtime, node)
         volumes = _volumes_directory(node, state, writeback, axes)
@@ -111,6 +118,16 @@ def _coordinates(node: DirNode, state: ArrayState) -> Coordinates | None:
         node.coordinates = _NO_COORDINATES if found is None else found
     found = node.coordinates
     return found if isinstance(found, Coordinates) else None
+
+
+def _tiff_coordinates(
+    node: DirNode, state: ArrayState, names: tuple[str, str] | None
+) -> Coordinates | None:
+    """The coordinates of ``array.tif``'s position: those the conventions name (y,
+    x), else the header's."""
+    if names is None:
+        return _coordinates(node, state)
+    return find_coordinates(state.meta, functools.partial(_sibling_array, node), names)
 
 
 def _sibling_array(node: DirNode, name: str) -> ArrayState | None:

@@ -82,15 +82,21 @@ def _coordinate_ok(meta: ArrayMeta, name: str, length: int) -> bool:
 
 
 def find_coordinates(
-    meta: ArrayMeta, sibling: Callable[[str], ArrayState | None]
+    meta: ArrayMeta,
+    sibling: Callable[[str], ArrayState | None],
+    names: tuple[str, str] | None = None,
 ) -> Coordinates | None:
     """The coordinates of ``meta``'s last two axes among its siblings (``sibling``
-    finds one by name): arrays named as those axes, 1-D, as long as them, of real
-    numbers."""
-    names = meta.dimension_names
-    if names is None or len(names) < 2 or len(meta.shape) != len(names):
+    finds one by name): arrays named as those axes (or ``names``: y, x), 1-D, as
+    long as them, of real numbers."""
+    if names is None:
+        dimensions = meta.dimension_names
+        if dimensions is None or len(dimensions) < 2 or len(meta.shape) != len(dimensions):
+            return None
+        names = (dimensions[-2] or "", dimensions[-1] or "")
+    if len(meta.shape) < 2:
         return None
-    y_name, x_name = names[-2], names[-1]
+    y_name, x_name = names
     if not y_name or not x_name or y_name == x_name:
         return None
     y, x = sibling(y_name), sibling(x_name)
@@ -105,8 +111,11 @@ def find_coordinates(
     return Coordinates(y, x, units)
 
 
-async def _values(state: ArrayState, length: int) -> np.ndarray | None:
-    """The coordinate's values, if it still has ``length`` of them."""
+async def coordinate_values(
+    state: ArrayState, length: int, file: str = HDR_NAME
+) -> np.ndarray | None:
+    """The coordinate's values, if it still has ``length`` of them (``file``: the
+    header they are for, in the log)."""
     meta = state.meta
     if meta.shape != (length,) or _too_costly(meta) is not None:
         return None  # (grown since the listing)
@@ -116,7 +125,7 @@ async def _values(state: ArrayState, length: int) -> np.ndarray | None:
         # The header is still served, without map info; a chunk failure is logged
         # once, as for any reader (a remembered one comes back marked as logged).
         level = logging.DEBUG if getattr(e, "logged", False) else logging.WARNING
-        log.log(level, "%s: no map info from %s: %s", HDR_NAME, meta.display_name, e)
+        log.log(level, "%s: no map info from %s: %s", file, meta.display_name, e)
         return None
     if len(data) != meta.nbytes:
         return None
@@ -211,8 +220,8 @@ class EnviHeaderView(_HeaderView):
         with trio.move_on_after(MAP_INFO_SECONDS) as scope:
             self._dates = await self._read_dates(meta)
             if self.coordinates is not None and len(meta.shape) >= 2:
-                y = await _values(self.coordinates.y, meta.shape[-2])
-                x = await _values(self.coordinates.x, meta.shape[-1])
+                y = await coordinate_values(self.coordinates.y, meta.shape[-2])
+                x = await coordinate_values(self.coordinates.x, meta.shape[-1])
         if scope.cancelled_caught:
             log.warning(
                 "%s of %s: no map info or dates: its coordinates were not read within %g s",
@@ -228,7 +237,7 @@ class EnviHeaderView(_HeaderView):
         time = self.conventions.time
         if self.time is None or time is None or time.axis >= len(meta.shape):
             return None
-        values = await _values(self.time, meta.shape[time.axis])
+        values = await coordinate_values(self.time, meta.shape[time.axis])
         if values is None:
             return None
         # In a worker: 4096 dates take cftime about 12 ms, too long for the trio thread.
