@@ -146,7 +146,7 @@ def _volumes_directory(
     if files is None:
         return None
     # Made with the array's listing, never loaded from the store: it is the array's.
-    volumes = virtual_directory(node._loader, node, VOLUMES_DIR, files, node.mtime)
+    volumes = virtual_directory(node.loader, node, VOLUMES_DIR, files, node.mtime)
     volumes.checked = math.inf  # nothing in the store to check it against
     return volumes
 
