@@ -12,6 +12,7 @@ A missing program fails these tests (scripts/install.sh installs them): never a 
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import xarray as xr
 import zarr
 
 from tests.support.headers import gdalinfo, require
+from tests.support.info import field
 from tests.support.mounting import Mounted, mounted
 
 TIF = "array.tif"
@@ -268,3 +270,13 @@ def test_gdal_reads_what_xarray_wrote(zarr_format: int, tmp_path: Path) -> None:
     unpacked = np.where(expected == FILL, np.nan, expected * 0.01 + 273.15)
     np.testing.assert_allclose(unpacked, decoded)
     assert not math.isnan(float(np.nanmean(decoded)))
+
+
+def test_info_says_which_files_an_array_has_and_why_not(dataset: Dataset) -> None:
+    text = (dataset.mount / "t2m" / "info").read_text()
+    assert field(text, "Views") == "array.raw, array.npy, array.hdr, array.nhdr, array.tif"
+    assert field(text, "Nodata") == str(FILL)
+    assert field(text, "Band axis") == "dimension 0"
+    text = (dataset.mount / "lat" / "info").read_text()
+    assert field(text, "No array.tif") == "fewer than 2 dimensions"
+    assert "array.tif" not in os.listdir(dataset.mount / "lat")
