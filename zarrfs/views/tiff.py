@@ -11,7 +11,13 @@ Where the position comes from coordinate values (sibling 1-D arrays, found when
 the directory is listed), they are read when IFD 0 is, through their own array
 states and within MAP_INFO_SECONDS, as the ENVI header's map info is
 (views/sidecars.py); the tags holding the position have a size fixed by metadata,
-so ``stat`` reads no chunk.
+so ``stat`` reads no chunk. The dates of the bands of a CF time axis are read then
+too, within the same time, from the time coordinate's own array state.
+
+Every fact comes from the array's conventions (formats/conventions), settled when
+the directory is listed: the CRS, nodata, scale and offset, units, the band axis
+(a 3-D array whose axis 0 is a time, band or channel axis is one image of that
+many bands, PlanarConfiguration 2; any other array is a stack of pages).
 """
 
 from __future__ import annotations

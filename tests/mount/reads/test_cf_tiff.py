@@ -280,3 +280,14 @@ def test_info_says_which_files_an_array_has_and_why_not(dataset: Dataset) -> Non
     text = (dataset.mount / "lat" / "info").read_text()
     assert field(text, "No array.tif") == "fewer than 2 dimensions"
     assert "array.tif" not in os.listdir(dataset.mount / "lat")
+
+
+def test_statistics_are_computed_not_saved_beside_the_file(dataset: Dataset) -> None:
+    """GDAL (and QGIS through it) cannot save ``array.tif.aux.xml`` in an array's
+    directory: it warns, and goes on with the statistics it computed."""
+    path = dataset.mount / "t2m" / TIF
+    result = subprocess.run(["gdalinfo", "-stats", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "Unable to save auxiliary information" in result.stderr
+    assert "STATISTICS_MEAN" in result.stdout
+    assert not (dataset.mount / "t2m" / "array.tif.aux.xml").exists()

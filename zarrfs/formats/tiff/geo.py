@@ -14,11 +14,15 @@ What GDAL 3.6 reads (gdalinfo shows it):
   characters: longer ones are left out);
 - GDAL_NODATA (tag 42113) and GDAL_METADATA (tag 42112: scale, offset, unit and
   description of each band, XML-escaped; "&" becomes "+", as GDAL 3.6 ends a
-  value at an escaped "&").
+  value at an escaped "&"). A single band's description is the long name; bands
+  along a CF time axis are described by their dates, and the long name is then
+  the dataset's metadata.
 
 Every size is fixed from metadata alone: a geotransform that comes from coordinate
 values, read when the header is, has room reserved for the larger of its two
-forms (layout.py pads the first IFD to it).
+forms (layout.py pads the first IFD to it); the dates, read then too, have a fixed
+width, and GDAL_METADATA is padded with spaces after its root element to the size
+it has with them.
 """
 
 from __future__ import annotations
