@@ -59,3 +59,8 @@ def test_info_shows_the_rows() -> None:
     text = info_text(meta, None, 0)
     assert field(text, "Views") == "array.raw, array.npy"
     assert field(text, "No array.tif") == "TIFF has no sample type for |b1"
+
+
+def test_no_views_without_fixed_size_elements() -> None:
+    meta = meta_of("a", v2_zarray([3], [3], "|O", filters=[{"id": "vlen-utf8"}]))
+    assert view_rows(meta, None) == [("Views", "none: dtype object has no fixed element size")]
