@@ -194,9 +194,9 @@ def tiff_view(
         names = (found.y_coordinate, found.x_coordinate)
     time = find_time(found, sibling) if sibling is not None else None
     view = TiffView(state, writeback, found, coordinates(names), time)
-    layout = tiff_layout(meta.dtype, meta.shape, bands=view.bands)
-    if isinstance(layout, str) and 0 not in meta.shape:  # (a length 0 may grow)
-        log.info("%s: no %s: %s", meta.display_name, TIFF_NAME, layout)
+    reason = tiff_reason(meta.dtype, meta.shape, view.bands)
+    if reason is not None:
+        log.info("%s: no %s: %s", meta.display_name, TIFF_NAME, reason)
         return None
     return view
 

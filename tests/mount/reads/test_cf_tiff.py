@@ -37,12 +37,14 @@ NORTH_UP = [-20.25, 0.25, 0.0, 90.0, 0.0, -0.25]
 SOUTH_UP = [-20.25, 0.25, 0.0, 80.0, 0.0, 0.25]
 FILL = -32768
 # What each variable is: its y coordinate, its grid mapping, the geotransform GDAL
-# should report. "t2m" takes its position from GDAL's GeoTransform attribute on
-# ``spatial_ref``; the others from the values of their coordinates.
+# should report. "t2m" and "t2m_south_given" take their position from GDAL's
+# GeoTransform attribute of their grid mapping; the others from the values of
+# their coordinates.
 VARIABLES = {
     "t2m": ("lat", "spatial_ref", NORTH_UP),
     "t2m_coords": ("lat", "crs", NORTH_UP),
     "t2m_south": ("lat_south", "crs", SOUTH_UP),
+    "t2m_south_given": ("lat_south", "spatial_ref_south", SOUTH_UP),
 }
 
 
@@ -87,6 +89,7 @@ def cf_store(root: Path, zarr_format: int) -> dict[str, np.ndarray]:
     coordinate("lon", LON, units="degrees_east", standard_name="longitude")
     for name, attrs in (
         ("spatial_ref", {"GeoTransform": " ".join(map(str, NORTH_UP))}),
+        ("spatial_ref_south", {"GeoTransform": " ".join(map(str, SOUTH_UP))}),
         ("crs", {}),
     ):
         ref = top.create_array(name, shape=(), dtype="<i8", **dimensions([]))
@@ -190,11 +193,11 @@ def test_gdal_translate_and_tifffile_read_zarr_pythons_values(
         assert tif.pages[0].tags["GDAL_NODATA"].value == str(FILL)
 
 
-@pytest.mark.parametrize("name", ["t2m", "t2m_south"])
+@pytest.mark.parametrize("name", ["t2m", "t2m_south", "t2m_south_given"])
 def test_gdal_finds_values_by_longitude_and_latitude(dataset: Dataset, name: str) -> None:
     """What QGIS's identify tool shows: the values of every band at a position."""
     expected = dataset.values[name]
-    south = name == "t2m_south"
+    south = name.startswith("t2m_south")
     for row, column in ((3, 5), (30, 40)):
         lat = LAT[::-1][row] if south else LAT[row]
         command = ["gdallocationinfo", "-valonly", "-wgs84", str(dataset.mount / name / TIF)]
