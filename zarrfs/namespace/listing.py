@@ -97,7 +97,11 @@ def array_entries(
         axes = conventions().axes
         views.update(nrrd_views(state, writeback, axes))
         tiff = tiff_view(
-            state, writeback, conventions, functools.partial(_tiff_coordinates, node, state)
+            state,
+            writeback,
+            conventions,
+            functools.partial(_tiff_coordinates, node, state),
+            sibling,
         )
         if tiff is not None and TIFF_NAME not in entries:  # never over a store's member
             views[TIFF_NAME] = tiff

@@ -43,8 +43,12 @@ from zarrfs.formats.metadata.describe import (
     written_type,
 )
 from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.sidecars import envi_data_type
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View
+from zarrfs.views.nrrd import NHDR_NAME
+from zarrfs.views.sidecars import HDR_NAME
+from zarrfs.views.tiff import TIFF_NAME, tiff_reason
 from zarrfs.views.xattrs import MAX_JSON_TEXT, fill_text, json_text
 
 INFO_NAME = "info"
@@ -168,6 +172,26 @@ def _ome_rows(meta: ArrayMeta, found: Conventions | None) -> list[tuple[str, str
     return rows if volumes is None else [*rows, ("NRRD volumes", volumes)]
 
 
+def view_rows(meta: ArrayMeta, conventions: Conventions | None) -> list[tuple[str, str]]:
+    """The array's files for legacy tools, and why each one missing is missing."""
+    if meta.unsupported is not None:
+        return [("Views", f"none: {meta.unsupported}")]
+    dtype = meta.dtype
+    found = conventions or Conventions()
+    missing: dict[str, str | None] = {
+        HDR_NAME: None if envi_data_type(dtype) else f"ENVI has no data type for {dtype.str}",
+        NHDR_NAME: None if nrrd.nrrd_type(dtype) else f"NRRD has no type for {dtype.str}",
+        TIFF_NAME: tiff_reason(dtype, meta.shape, found.band_axis == 0 and len(meta.shape) == 3),
+    }
+    names = ["array.raw", "array.npy", *(name for name, why in missing.items() if why is None)]
+    axes = found.axes
+    outer = nrrd.volume_axes(axes) if axes is not None and len(axes) == len(meta.shape) else None
+    if outer and nrrd.nrrd_type(dtype) and nrrd.why_no_volumes(axes, meta.shape) is None:
+        names.append(f"{nrrd.VOLUMES_DIR}/")
+    rows = [("Views", ", ".join(names))]
+    return rows + [(f"No {name}", why) for name, why in missing.items() if why is not None]
+
+
 def info_text(
     meta: ArrayMeta, stored: Stored | None, dirty: int, conventions: Conventions | None = None
 ) -> str:
@@ -200,6 +224,7 @@ def info_text(
     rows += [
         ("Chunks initialized", f"{stored.chunks}/{total}"),
         ("Chunks not stored", str(dirty)),
+        *view_rows(meta, conventions),
         *_attribute_rows(meta.attrs),
         *conventions_rows(conventions or Conventions()),
         *_ome_rows(meta, conventions),

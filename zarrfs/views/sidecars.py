@@ -234,14 +234,24 @@ class EnviHeaderView(_HeaderView):
         return sidecars.map_info_of(y, x)
 
     async def _read_dates(self, meta: ArrayMeta) -> list[str] | None:
-        time = self.conventions.time
-        if self.time is None or time is None or time.axis >= len(meta.shape):
+        if self.time is None:
             return None
-        values = await coordinate_values(self.time, meta.shape[time.axis])
-        if values is None:
-            return None
-        # In a worker: 4096 dates take cftime about 12 ms, too long for the trio thread.
-        return await trio.to_thread.run_sync(time_labels, values, time)
+        return await read_dates(self.time, self.conventions, meta.shape)
+
+
+async def read_dates(
+    state: ArrayState, conventions: Conventions, shape: tuple[int, ...], file: str = HDR_NAME
+) -> list[str] | None:
+    """The dates of the CF time axis of an array of ``shape``, from its values in
+    ``state`` (``file``: the header they are for, in the log)."""
+    time = conventions.time
+    if time is None or time.axis >= len(shape):
+        return None
+    values = await coordinate_values(state, shape[time.axis], file)
+    if values is None:
+        return None
+    # In a worker: 4096 dates take cftime about 12 ms, too long for the trio thread.
+    return await trio.to_thread.run_sync(time_labels, values, time)
 
 
 def find_time(

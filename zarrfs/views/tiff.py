@@ -11,29 +11,48 @@ Where the position comes from coordinate values (sibling 1-D arrays, found when
 the directory is listed), they are read when IFD 0 is, through their own array
 states and within MAP_INFO_SECONDS, as the ENVI header's map info is
 (views/sidecars.py); the tags holding the position have a size fixed by metadata,
-so ``stat`` reads no chunk.
+so ``stat`` reads no chunk. The dates of the bands of a CF time axis are read then
+too, within the same time, from the time coordinate's own array state.
+
+Every fact comes from the array's conventions (formats/conventions), settled when
+the directory is listed: the CRS, nodata, scale and offset, units, the band axis
+(a 3-D array whose axis 0 is a time, band or channel axis is one image of that
+many bands, PlanarConfiguration 2; any other array is a stack of pages).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.formats.conventions import Conventions, GeoTransform
+from zarrfs.formats.conventions.cf import TIME_LABEL_WIDTH
 from zarrfs.formats.sidecars import MAP_INFO_SECONDS
 from zarrfs.formats.tiff import TiffLayout, geo_tags, header_bytes, tiff_layout, tiff_sample
 from zarrfs.formats.tiff.geo import geotransform_of
 from zarrfs.views.base import ArrayView
-from zarrfs.views.sidecars import Coordinates, coordinate_values
+from zarrfs.views.sidecars import Coordinates, coordinate_values, find_time, read_dates
 
 log = logging.getLogger(__name__)
 
 TIFF_NAME = "array.tif"
+
+
+@dataclass(frozen=True)
+class ReadFacts:
+    """What IFD 0's last read from the start found, for the shape it was read at:
+    the geotransform of the coordinates, the dates of the bands."""
+
+    shape: tuple[int, ...]
+    geotransform: GeoTransform | None = None
+    dates: list[str] | None = None
 
 
 class TiffView(ArrayView):
@@ -48,18 +67,25 @@ class TiffView(ArrayView):
         writeback: WriteBack | None,
         conventions: Conventions,
         coordinates: Coordinates | None,
+        time: ArrayState | None = None,
     ) -> None:
         super().__init__(state, writeback)
         self.conventions = conventions
         self.coordinates = coordinates
+        self.time = time  # the values of the time axis, the bands' dates
         self._layout: tuple[tuple[int, ...], TiffLayout | None] | None = None
         self._logged: str | None = None
-        # What the coordinates gave at the last read of IFD 0, for that shape.
-        self._geotransform: tuple[tuple[int, ...], GeoTransform | None] | None = None
+        self._found: ReadFacts | None = None
 
     @property
     def bands(self) -> bool:
         return self.conventions.band_axis == 0 and len(self.state.meta.shape) == 3
+
+    @property
+    def dated(self) -> bool:
+        """Whether the bands are the steps of a time axis whose dates are read."""
+        time = self.conventions.time
+        return self.bands and self.time is not None and time is not None and time.axis == 0
 
     def layout(self) -> TiffLayout | None:
         """The layout for the current shape; None where it has none (an axis of
@@ -71,6 +97,7 @@ class TiffView(ArrayView):
                 self.conventions,
                 bands=meta.shape[0] if bands else 1,
                 coordinates=self.coordinates is not None,
+                description_width=TIME_LABEL_WIDTH if self.dated else 0,
             )
             found = tiff_layout(meta.dtype, meta.shape, bands=bands, geo=geo)
             if isinstance(found, str):
@@ -86,49 +113,52 @@ class TiffView(ArrayView):
         layout = self.layout()
         return 0 if layout is None else layout.file_size
 
-    async def _position(self, layout: TiffLayout, offset: int) -> GeoTransform | None:
-        """The geotransform the coordinates give, read again at a read from 0."""
+    def _waits(self, layout: TiffLayout) -> bool:
+        """Whether IFD 0 holds values read from other arrays."""
+        return layout.geo.from_coordinates or layout.geo.described is not None
+
+    async def _read_facts(self, layout: TiffLayout, offset: int) -> ReadFacts:
+        """The coordinates' geotransform and the bands' dates, read again at a read
+        from 0, within MAP_INFO_SECONDS."""
         shape = self.state.meta.shape
-        if self.coordinates is None or not layout.geo.from_coordinates:
-            return None
-        known = self._geotransform
-        if known is not None and known[0] == shape and offset > 0:
-            return known[1]
-        found = None
-        y = x = None
-        name = self.state.meta.display_name
+        known = self._found
+        if known is not None and known.shape == shape and offset > 0:
+            return known
+        geotransform = dates = None
         with trio.move_on_after(MAP_INFO_SECONDS) as scope:
-            y = await coordinate_values(self.coordinates.y, shape[-2], TIFF_NAME)
-            x = await coordinate_values(self.coordinates.x, shape[-1], TIFF_NAME)
+            if layout.geo.described is not None and self.time is not None:
+                dates = await read_dates(self.time, self.conventions, shape, TIFF_NAME)
+            if self.coordinates is not None and layout.geo.from_coordinates:
+                y = await coordinate_values(self.coordinates.y, shape[-2], TIFF_NAME)
+                x = await coordinate_values(self.coordinates.x, shape[-1], TIFF_NAME)
+                if y is not None and x is not None:
+                    geotransform = geotransform_of(y, x)
         if scope.cancelled_caught:
             log.warning(
-                "%s of %s: no position: its coordinates were not read within %g s",
+                "%s of %s: no position or dates: its coordinates were not read within %g s",
                 TIFF_NAME,
-                name,
+                self.state.meta.display_name,
                 MAP_INFO_SECONDS,
             )
-        if y is not None and x is not None:
-            found = geotransform_of(y, x)
-        self._geotransform = (shape, found)
-        return found
+        self._found = ReadFacts(shape, geotransform, dates)
+        return self._found
 
     async def read(self, offset: int, size: int) -> Buffer:
         layout = self.layout()
         if layout is None:
             return b""
-        if offset < layout.ifd_offset(1) and layout.geo.from_coordinates:
-            geotransform = await self._position(layout, offset)
+        if offset < layout.ifd_offset(1) and self._waits(layout):
+            found = await self._read_facts(layout, offset)
             layout = self.layout()  # the shape may have changed meanwhile
             if layout is None:
                 return b""
         else:
-            known = self._geotransform
-            geotransform = known[1] if known is not None else None
+            found = self._found or ReadFacts(())
         start = layout.data_offset
         end = min(offset + size, layout.file_size)
         if offset >= end:
             return b""
-        head = header_bytes(layout, offset, end - offset, geotransform)
+        head = header_bytes(layout, offset, end - offset, found.geotransform, found.dates)
         if end <= start:
             return head
         tail = await self.state.read(max(offset - start, 0), end - max(offset, start))
@@ -148,11 +178,13 @@ def tiff_view(
     writeback: WriteBack | None,
     conventions: Callable[[], Conventions],
     coordinates: Callable[[tuple[str, str] | None], Coordinates | None],
+    sibling: Callable[[str], ArrayState | None] | None = None,
 ) -> TiffView | None:
     """``array.tif`` of the array, where TIFF can hold its dtype and it has 2
     dimensions or more; None elsewhere. ``conventions`` gives what its attributes
     say, ``coordinates`` the sibling arrays holding its y and x coordinates (named
-    by the conventions, else by its dimension names)."""
+    by the conventions, else by its dimension names), ``sibling`` the arrays
+    beside it by name (for the dates of a time axis)."""
     meta = state.meta
     if tiff_sample(meta.dtype) is None or len(meta.shape) < 2:
         return None
@@ -160,9 +192,23 @@ def tiff_view(
     names = None
     if found.y_coordinate and found.x_coordinate:
         names = (found.y_coordinate, found.x_coordinate)
-    view = TiffView(state, writeback, found, coordinates(names))
-    layout = tiff_layout(meta.dtype, meta.shape, bands=view.bands)
-    if isinstance(layout, str) and 0 not in meta.shape:  # (a length 0 may grow)
-        log.info("%s: no %s: %s", meta.display_name, TIFF_NAME, layout)
+    time = find_time(found, sibling) if sibling is not None else None
+    view = TiffView(state, writeback, found, coordinates(names), time)
+    reason = tiff_reason(meta.dtype, meta.shape, view.bands)
+    if reason is not None:
+        log.info("%s: no %s: %s", meta.display_name, TIFF_NAME, reason)
         return None
     return view
+
+
+def tiff_reason(dtype: np.dtype, shape: tuple[int, ...], bands: bool = False) -> str | None:
+    """Why an array of ``dtype`` and ``shape`` has no ``array.tif``, if it has none
+    (an axis of length 0 gives an empty file, not none: the array may grow)."""
+    if tiff_sample(dtype) is None:
+        return f"TIFF has no sample type for {dtype.str}"
+    if len(shape) < 2:
+        return "fewer than 2 dimensions"
+    if 0 in shape:
+        return None
+    layout = tiff_layout(dtype, shape, bands=bands)
+    return layout if isinstance(layout, str) else None

@@ -64,6 +64,7 @@ def test_v2_rows_are_unchanged() -> None:
         "Storage ratio",
         "Chunks initialized",
         "Chunks not stored",
+        "Views",
     ]
     assert field(text, "Data type") == ">i2 (int16)"
     assert field(text, "Filters") == "null"

@@ -13,8 +13,10 @@ Where each fact comes from, first found first:
 - geotransform: GDAL's ``GeoTransform`` attribute on the grid mapping variable,
   else ``spatial:transform`` (rasterio's affine order a b c d e f) on the array or
   its group; else the 1-D sibling coordinates of the last two dimensions are named.
-- ``_FillValue`` (else ``missing_value``) in the stored type, ``scale_factor``,
-  ``add_offset``, ``units``, ``long_name`` (else ``standard_name``).
+- ``_FillValue`` (else ``missing_value``; else, for a Zarr v2 array with
+  ``_ARRAY_DIMENSIONS``, its non-null fill value, as xarray reads it) in the
+  stored type, ``scale_factor``, ``add_offset``, ``units``, ``long_name`` (else
+  ``standard_name``).
 - time: a leading dimension whose sibling coordinate has ``units`` "<unit> since
   <date>"; its values are decoded by ``time_labels`` when a view reads them.
 
@@ -326,6 +328,24 @@ def _nodata(value: object, dtype: np.dtype) -> float | int | None:
     return None
 
 
+def _xarray_fill(meta: ArrayMeta, attrs: Mapping[str, Any]) -> float | int | None:
+    """The Zarr fill value of an array xarray wrote to Zarr v2, as xarray reads it.
+
+    xarray's v2 writer moves ``_FillValue`` into ``.zarray``'s ``fill_value`` and its
+    reader takes a non-null ``fill_value`` back as ``_FillValue``; in v3 it keeps
+    ``_FillValue`` an attribute and ignores ``fill_value``. So only a v2 array with
+    ``_ARRAY_DIMENSIONS`` (written by xarray, or for it) gets its fill value as
+    nodata: the default fill value 0 of any other array is no nodata."""
+    if meta.zarr_format != 2 or meta.fill_value is None or meta.dtype.kind not in "iuf":
+        return None
+    if not isinstance(attrs.get("_ARRAY_DIMENSIONS"), list) or meta.dtype.fields is not None:
+        return None
+    if len(meta.fill_value) != meta.dtype.itemsize:
+        return None
+    value = np.frombuffer(meta.fill_value, dtype=meta.dtype)[0].item()
+    return _nodata(value, meta.dtype)
+
+
 def _attribute(value: object) -> object | None:
     """``value`` if it is a JSON scalar or a short list of numbers or of strings."""
     if isinstance(value, str):
@@ -410,6 +430,8 @@ def _read_cf(meta: ArrayMeta, around: Surroundings) -> Conventions:
     nodata = _nodata(attrs.get("_FillValue"), meta.dtype)
     if nodata is None:
         nodata = _nodata(attrs.get("missing_value"), meta.dtype)
+    if nodata is None and "_FillValue" not in attrs and "missing_value" not in attrs:
+        nodata = _xarray_fill(meta, attrs)
     long_name = clean_text(attrs.get("long_name")) or clean_text(attrs.get("standard_name"))
 
     conventions = clean_text(group.get("Conventions")) or clean_text(attrs.get("Conventions"))

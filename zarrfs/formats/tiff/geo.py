@@ -14,11 +14,15 @@ What GDAL 3.6 reads (gdalinfo shows it):
   characters: longer ones are left out);
 - GDAL_NODATA (tag 42113) and GDAL_METADATA (tag 42112: scale, offset, unit and
   description of each band, XML-escaped; "&" becomes "+", as GDAL 3.6 ends a
-  value at an escaped "&").
+  value at an escaped "&"). A single band's description is the long name; bands
+  along a CF time axis are described by their dates, and the long name is then
+  the dataset's metadata.
 
 Every size is fixed from metadata alone: a geotransform that comes from coordinate
 values, read when the header is, has room reserved for the larger of its two
-forms (layout.py pads the first IFD to it).
+forms (layout.py pads the first IFD to it); the dates, read then too, have a fixed
+width, and GDAL_METADATA is padded with spaces after its root element to the size
+it has with them.
 """
 
 from __future__ import annotations
@@ -71,17 +75,43 @@ TURNED: GeoTransform = (0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
 @dataclass(frozen=True)
 class GeoTags:
     """The geo tags of a TIFF, settled from metadata: the entries whose values are
-    known, and whether a geotransform is to come from coordinates when read."""
+    known, whether a geotransform is to come from coordinates when read, and the
+    GDAL_METADATA of the bands, whose descriptions (the dates of a time axis) may
+    come when read too, in room reserved for them."""
 
     fixed: tuple[Entry, ...] = ()
     geotransform: GeoTransform | None = None  # known outright
     from_coordinates: bool = False  # else from the coordinates' values, when read
+    metadata: str | None = None  # GDAL_METADATA without descriptions
+    # With descriptions, the bands and GDAL_METADATA's conventions; its size
+    # (NUL included) is fixed whatever the descriptions hold.
+    described: tuple[Conventions, int] | None = None
+    metadata_size: int = 0
 
-    def entries(self, geotransform: GeoTransform | None) -> list[Entry]:
+    def entries(
+        self, geotransform: GeoTransform | None, descriptions: Sequence[str] | None = None
+    ) -> list[Entry]:
         """Every geo entry, for the geotransform the coordinates gave (or None;
-        ignored unless the tags wait for one)."""
+        ignored unless the tags wait for one) and the descriptions of the bands
+        read (or None)."""
         found = geotransform if self.from_coordinates else self.geotransform
-        return [*self.fixed, *transform_entries(found)]
+        return [*self.fixed, *self._metadata(descriptions), *transform_entries(found)]
+
+    def _metadata(self, descriptions: Sequence[str] | None) -> list[Entry]:
+        text = self.metadata
+        if self.described is not None and descriptions is not None:
+            conventions, bands = self.described
+            text = metadata_xml(conventions, bands, descriptions) or text
+        if text is None:
+            return []
+        value = text.encode("ascii", "xmlcharrefreplace")
+        if self.metadata_size:
+            if len(value) >= self.metadata_size:  # (never: described alike when sized)
+                value = (self.metadata or "").encode("ascii", "xmlcharrefreplace")
+            # Whitespace after the root element: XML readers ignore it.
+            value = value.ljust(self.metadata_size - 1, b" ")
+        value += b"\0"
+        return [(GDAL_METADATA, ASCII, len(value), value)]
 
     def variants(self) -> list[list[Entry]]:
         """The entries in each form they may take, for the space to reserve."""
@@ -164,12 +194,19 @@ def _number(value: float | int) -> str:
     return str(int(value))
 
 
-def metadata_xml(conventions: Conventions, bands: int) -> str | None:
-    """GDAL_METADATA's XML: each band's scale, offset, unit and description; None
-    where there is none, or more than MAX_METADATA_BANDS bands."""
-    items = []
+def metadata_xml(
+    conventions: Conventions, bands: int, descriptions: Sequence[str] | None = None
+) -> str | None:
+    """GDAL_METADATA's XML: each band's scale, offset, unit and description (one
+    band: the long name; more: ``descriptions``, one per band, the long name then
+    the dataset's); None where there is none, or more than MAX_METADATA_BANDS bands."""
+    items: list[tuple[str, int | None, str | None, str]] = []
     if bands > MAX_METADATA_BANDS:
         return None
+    if descriptions is not None and len(descriptions) != bands:
+        descriptions = None
+    if conventions.long_name and bands > 1:
+        items.append(("long_name", None, None, conventions.long_name))
     for band in range(bands):
         for role, value in (
             ("scale", conventions.scale_factor),
@@ -182,33 +219,56 @@ def metadata_xml(conventions: Conventions, bands: int) -> str | None:
             items.append(("units", band, "unittype", conventions.units))
         if conventions.long_name and bands == 1:
             items.append(("DESCRIPTION", band, "description", conventions.long_name))
+        elif descriptions is not None:
+            items.append(("DESCRIPTION", band, "description", descriptions[band].strip()))
     if not items:
         return None
     # GDAL 3.6 ends a value at an escaped "&" (whichever escape): "+" stands for it.
     lines = [
-        f'<Item name={quoteattr(name)} sample="{band}" role="{role}">'
-        f"{escape(text.replace('&', '+'))}</Item>"
+        f"<Item name={quoteattr(name)}"
+        + ("" if band is None else f' sample="{band}" role="{role}"')
+        + f">{escape(text.replace('&', '+'))}</Item>"
         for name, band, role, text in items
     ]
     return "<GDALMetadata>" + "".join(lines) + "</GDALMetadata>"
 
 
-def geo_tags(conventions: Conventions, *, bands: int = 1, coordinates: bool = False) -> GeoTags:
+def _described(conventions: Conventions, bands: int, width: int) -> tuple[str | None, int]:
+    """GDAL_METADATA without descriptions, and the bytes (NUL included) to reserve
+    for it with descriptions of ``width`` characters, of text needing no escape."""
+    plain = metadata_xml(conventions, bands)
+    widest = metadata_xml(conventions, bands, ["0" * width] * bands)
+    if widest is None:
+        return plain, 0
+    return plain or "<GDALMetadata></GDALMetadata>", len(widest) + 1
+
+
+def geo_tags(
+    conventions: Conventions,
+    *,
+    bands: int = 1,
+    coordinates: bool = False,
+    description_width: int = 0,
+) -> GeoTags:
     """The geo tags of an image of ``bands`` bands following ``conventions``;
     ``coordinates``: its geotransform is to come from the values of the coordinates
-    ``conventions`` names (the view found them among the array's siblings)."""
+    ``conventions`` names (the view found them among the array's siblings);
+    ``description_width``: each band's description, read when the header is, has
+    this many characters (0: the bands have none)."""
     known = conventions.geotransform
     from_coordinates = coordinates and known is None
     fixed = crs_entries(conventions.crs)
-    xml = metadata_xml(conventions, bands)
-    if xml is not None:
-        value = xml.encode("ascii", "xmlcharrefreplace") + b"\0"
-        fixed.append((GDAL_METADATA, ASCII, len(value), value))
     nodata = conventions.nodata
     if nodata is not None and not isinstance(nodata, bool):
         value = _ascii(_number(nodata))
         fixed.append((GDAL_NODATA, ASCII, len(value), value))
-    return GeoTags(tuple(fixed), known, from_coordinates)
+    if description_width > 0 and bands > 1:
+        xml, size = _described(conventions, bands, description_width)
+        if size:
+            described = (conventions, bands)
+            return GeoTags(tuple(fixed), known, from_coordinates, xml, described, size)
+    xml = metadata_xml(conventions, bands)
+    return GeoTags(tuple(fixed), known, from_coordinates, xml)
 
 
 def pack_values(type_: int, values: Sequence[float] | bytes, order: str) -> bytes:

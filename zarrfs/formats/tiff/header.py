@@ -5,6 +5,7 @@ the IFDs it covers (pure)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,11 +26,16 @@ def prefix(layout: TiffLayout) -> bytes:
     return mark + struct.pack(f"{order}HI", 42, first)
 
 
-def ifd_bytes(layout: TiffLayout, index: int, geotransform: GeoTransform | None) -> bytes:
+def ifd_bytes(
+    layout: TiffLayout,
+    index: int,
+    geotransform: GeoTransform | None,
+    descriptions: Sequence[str] | None = None,
+) -> bytes:
     """IFD ``index`` as it lies in the file, padded to its reserved size."""
     entries = image_entries(layout, index)
     if index == 0:
-        entries += layout.geo.entries(geotransform)
+        entries += layout.geo.entries(geotransform, descriptions)
     at = layout.ifd_offset(index)
     following = layout.ifd_offset(index + 1) if index + 1 < layout.pages else 0
     out = build_ifd(entries, at, following, layout.bigtiff, layout.order)
@@ -39,11 +45,15 @@ def ifd_bytes(layout: TiffLayout, index: int, geotransform: GeoTransform | None)
 
 
 def header_bytes(
-    layout: TiffLayout, offset: int, size: int, geotransform: GeoTransform | None = None
+    layout: TiffLayout,
+    offset: int,
+    size: int,
+    geotransform: GeoTransform | None = None,
+    descriptions: Sequence[str] | None = None,
 ) -> bytes:
     """The bytes ``[offset, offset + size)`` of the header (clipped to it);
-    ``geotransform``: what the coordinates gave, where the layout's geo tags wait
-    for them."""
+    ``geotransform`` and ``descriptions``: what the coordinates and the time axis
+    gave, where the layout's geo tags wait for them."""
     end = min(offset + size, layout.data_offset)
     if offset >= end:
         return b""
@@ -56,7 +66,7 @@ def header_bytes(
         parts, base = [], layout.ifd_offset(index)
     position = base + sum(len(part) for part in parts)
     if index == 0 and position < end:
-        block = ifd_bytes(layout, 0, geotransform)
+        block = ifd_bytes(layout, 0, geotransform, descriptions)
         parts.append(block)
         position += len(block)
         index += 1
