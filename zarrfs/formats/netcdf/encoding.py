@@ -95,9 +95,10 @@ def valid_name(name: str) -> str | None:
     chars = ["_" if c == "/" or ord(c) < 0x20 or ord(c) == 0x7F else c for c in name]
     # Surrogates cannot be UTF-8.
     chars = ["_" if 0xD800 <= ord(c) <= 0xDFFF else c for c in chars]
+    chars = list("".join(chars).rstrip())
     if chars and chars[0].isascii() and not (chars[0].isalnum() or chars[0] == "_"):
         chars[0] = "_"
-    text = "".join(chars).rstrip()
+    text = "".join(chars)
     if not text or len(text.encode()) > MAX_NAME_BYTES:
         return None
     return text
