@@ -91,6 +91,14 @@ def test_a_resize_changes_header_size_and_data(tmp_path: Path) -> None:
     before = node.view.size
     array = tree.resolve("a")
     assert isinstance(array, DirNode) and array.state is not None
+
+    async def read_ahead() -> None:
+        # Blocks made ahead of a stream, from the array as it is now.
+        assert node.view.size
+        node.view.prefetch(0)
+        await trio.sleep(0.5)
+
+    trio.run(read_ahead)
     array.state.resize(12)  # two rows of fill value more
     assert node.view.size == before + 2 * 7 * 4
     values = parsed(whole(node))
@@ -100,3 +108,24 @@ def test_a_resize_changes_header_size_and_data(tmp_path: Path) -> None:
     array.state.resize(4)
     values = parsed(whole(node))
     assert np.array_equal(values["a"], np.arange(28, dtype="f4").reshape(4, 7))
+
+
+def test_a_write_after_read_ahead_is_read(tmp_path: Path) -> None:
+    make_store(tmp_path)
+    tree, _ = tree_of(tmp_path)
+    node = tree.resolve("group.nc")
+    array = tree.resolve("a")
+    assert isinstance(node, FileNode) and isinstance(array, DirNode)
+    state = array.state
+    assert state is not None
+
+    async def write_after_read_ahead() -> bytes:
+        assert node.view.size  # the layout is made at the first stat
+        node.view.prefetch(0)
+        await trio.sleep(0.5)  # blocks of big-endian data made ahead
+        await state.write(0, np.full(7, 42, "<f4").tobytes())
+        return bytes(await node.view.read(0, node.view.size))
+
+    values = parsed(trio.run(write_after_read_ahead))
+    assert np.array_equal(values["a"][0], np.full(7, 42, "f4"))
+    assert np.array_equal(values["a"][1:], np.arange(7, 70, dtype="f4").reshape(9, 7))
