@@ -4,7 +4,10 @@ The header is made from metadata alone (formats/netcdf), so ``stat`` reads no
 chunk; it is made again whenever an array's metadata changes (a resize through
 the mount, a new document from the store), and the size with it. Each variable's
 data is read through its array's live state, as ``array.raw`` reads it, and turned
-big-endian in a worker thread; the padding between variables reads as zeros.
+big-endian in worker threads (the decoders), ahead of a stream in blocks
+(``_SwappedAhead``) so that its reads are slices; arrays stored big-endian or of
+one byte are served as ``array.raw`` serves them. The padding between variables
+reads as zeros.
 
 The file is ``volatile``: handles bypass the page cache, so a read after a resize
 follows the new layout. Which arrays are variables is settled when the group is
@@ -34,10 +37,11 @@ log = logging.getLogger(__name__)
 NC_NAME = "group.nc"
 
 # A stream's data is turned big-endian ahead of it in blocks this large, this many
-# blocks ahead of the one it reads, at most this many kept per file.
+# blocks ahead of the one it reads; at most this many are kept, for every file of
+# the mount together (so at most 32 MiB, whatever was read).
 SWAP_BLOCK = 4 << 20
 SWAP_AHEAD = 2
-SWAP_KEPT = 4
+SWAP_KEPT = 8
 
 Arrays = Callable[[], Sequence[tuple[str, ArrayState]]]
 
@@ -82,15 +86,16 @@ class _SwappedAhead:
     """The data in blocks of the file (SWAP_BLOCK bytes, aligned in the file as a
     reader's requests are) turned big-endian in the decoders ahead of a stream, so
     that its reads are slices: a worker thread's answer per read would cost as much
-    as the copy. At most SWAP_KEPT blocks are kept, the oldest dropped first; one
-    made before a write or a resize of its array is not used."""
+    as the copy. One instance serves every file: at most SWAP_KEPT blocks are
+    kept, the oldest dropped first; one made before a write or a resize of its
+    array is not used."""
 
     def __init__(self) -> None:
-        self._blocks: OrderedDict[tuple[str, int], _Block] = OrderedDict()
+        self._blocks: OrderedDict[tuple[object, str, int], _Block] = OrderedDict()
 
-    def start(self, placed: Placed, state: ArrayState, number: int) -> None:
-        """Block ``number`` of the file, where it holds the variable's data."""
-        key = (placed.member, number)
+    def start(self, file: object, placed: Placed, state: ArrayState, number: int) -> None:
+        """Block ``number`` of ``file``, where it holds the variable's data."""
+        key = (file, placed.member, number)
         found = self._blocks.get(key)
         if found is not None and found.valid(state):
             return
@@ -122,11 +127,11 @@ class _SwappedAhead:
             block.done.set()
 
     async def take(
-        self, placed: Placed, state: ArrayState, start: int, length: int
+        self, file: object, placed: Placed, state: ArrayState, start: int, length: int
     ) -> memoryview | None:
         """The range (inside one block) from a block made or under way, else None."""
         number = (placed.begin + start) // SWAP_BLOCK
-        block = self._blocks.get((placed.member, number))
+        block = self._blocks.get((file, placed.member, number))
         if block is None or not block.valid(state):
             return None
         await block.done.wait()
@@ -137,6 +142,9 @@ class _SwappedAhead:
         if offset < 0 or offset + length > len(data):
             return None
         return data[offset : offset + length]
+
+
+_AHEAD = _SwappedAhead()
 
 
 class NetcdfView(View):
@@ -155,7 +163,6 @@ class NetcdfView(View):
         self._states: dict[str, ArrayState] = {}
         self._begins: list[int] = []
         self._left_out: tuple[tuple[str, str], ...] = ()
-        self._ahead = _SwappedAhead()
 
     def _file(self) -> GroupFile:
         arrays = self._arrays()
@@ -224,7 +231,7 @@ class NetcdfView(View):
         end = start + length
         while start < end:
             stop = min(end, ((placed.begin + start) // SWAP_BLOCK + 1) * SWAP_BLOCK - placed.begin)
-            piece = await self._ahead.take(placed, state, start, stop - start)
+            piece = await _AHEAD.take(self, placed, state, start, stop - start)
             if piece is None:
                 piece = await _swapped(placed, state, start, stop - start)
             pieces.append(piece)
@@ -248,4 +255,4 @@ class NetcdfView(View):
             if placed.swapped:
                 number = offset // SWAP_BLOCK
                 for ahead in range(number, number + SWAP_AHEAD + 1):
-                    self._ahead.start(placed, state, ahead)
+                    _AHEAD.start(self, placed, state, ahead)
