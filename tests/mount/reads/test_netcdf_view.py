@@ -259,3 +259,28 @@ def test_a_member_named_group_nc_is_shown(tmp_path: Path) -> None:
         assert (m / NC / "array.raw").read_bytes() == np.ones(3, "<f4").tobytes()
         assert NC not in os.listdir(m / "bools")
         assert "its member group.nc is shown, not the netCDF view" in m.log()
+
+
+def test_group_nc_follows_a_resize_and_refuses_writes(tmp_path: Path) -> None:
+    require("ncdump")
+    root = tmp_path / "s.zarr"
+    make_store(root, "v2")
+    row = np.full((6, 8), 300.5, dtype="<f4")
+    with mounted(root, "--rw", log_dir=tmp_path) as m:  # the kernel keeps attributes 60 s
+        before = os.stat(m / NC).st_size
+        with pytest.raises(PermissionError):
+            open(m / NC, "r+b").close()
+        with open(m / "temp" / "array.raw", "ab") as f:  # a fifth time step
+            f.write(row.tobytes())
+        # The data grew by a row, the header by a dimension (time_5, below).
+        after = os.stat(m / NC).st_size
+        assert after == before + row.nbytes + 16 == len((m / NC).read_bytes())
+        header = run("ncdump", "-h", m / NC)
+        # The coordinate keeps "time" (4 steps); temp's axis of 5 is renamed.
+        assert "time = 4 ;" in header and "time_5 = 5 ;" in header, header
+        assert "float temp(time_5, lat, lon) ;" in header, header
+        with netCDF4.Dataset(m / NC) as ds:
+            temp = ds["temp"][...]
+            assert temp.shape == (5, 6, 8)
+            assert np.array_equal(temp[4], row)
+            assert np.array_equal(temp[:4], zarr_values(root, "temp")[:4], equal_nan=True)
