@@ -17,6 +17,7 @@ listed (its numeric child arrays); their shapes and attributes are read live.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,6 @@ import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.pool import BACKGROUND
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.netcdf import GroupFile, Member, Placed, carried_attributes, group_file
 from zarrfs.views.base import View
@@ -37,11 +37,12 @@ log = logging.getLogger(__name__)
 NC_NAME = "group.nc"
 
 # A stream's data is turned big-endian ahead of it in blocks this large, this many
-# blocks ahead of the one it reads; at most this many are kept, for every file of
-# the mount together (so at most 32 MiB, whatever was read).
-SWAP_BLOCK = 4 << 20
+# blocks ahead of the one it reads (small enough that the kernel copies a block
+# while it is still in the CPU's cache); at most this many are kept, for every file
+# of the mount together (so at most 16 MiB, whatever was read).
+SWAP_BLOCK = 1 << 20
 SWAP_AHEAD = 2
-SWAP_KEPT = 8
+SWAP_KEPT = 16
 
 Arrays = Callable[[], Sequence[tuple[str, ArrayState]]]
 
@@ -51,6 +52,17 @@ def _swap(data: bytes | memoryview, itemsize: int) -> memoryview:
     numpy's vectorised cast (several times faster than ``byteswap``)."""
     swapped = np.frombuffer(data, dtype=f"<u{itemsize}").astype(f">u{itemsize}")
     return memoryview(swapped.view(np.uint8))
+
+
+def _swap_all(pieces: Sequence[bytes | memoryview], itemsize: int) -> memoryview:
+    """The pieces one after the other, each element's bytes the other way round."""
+    out = np.empty(sum(map(len, pieces)) // itemsize, dtype=f">u{itemsize}")
+    at = 0
+    for piece in pieces:
+        count = len(piece) // itemsize
+        out[at : at + count] = np.frombuffer(piece, dtype=f"<u{itemsize}")
+        at += count
+    return memoryview(out.view(np.uint8))
 
 
 async def _swapped(placed: Placed, state: ArrayState, start: int, length: int) -> memoryview:
@@ -116,11 +128,16 @@ class _SwappedAhead:
     @staticmethod
     async def _fill(block: _Block, length: int, itemsize: int) -> None:
         first = block.first
+        state = block.state
+        # Read chunk by chunk where chunks are runs of the array's bytes: each piece
+        # is then a slice of a cached chunk, not a copy assembled from several.
+        run = state.live.run or length
+        cuts = [first, *range((first // run + 1) * run, first + length, run), first + length]
         try:
-            data = await block.state.read(first, length)
-            if len(data) == length:
-                pool = block.state.cache.pool
-                block.data = await pool.run(_swap, data, itemsize, priority=BACKGROUND)
+            pieces = [await state.read(a, b - a) for a, b in itertools.pairwise(cuts)]
+            if sum(map(len, pieces)) == length:
+                pool = state.cache.pool
+                block.data = await pool.run(_swap_all, pieces, itemsize)
         except Exception as e:  # the reader then reads the range itself, and is told
             log.debug("%s: no block ahead at %d: %s", block.meta.display_name, first, e)
         finally:

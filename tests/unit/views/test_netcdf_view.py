@@ -129,3 +129,30 @@ def test_a_write_after_read_ahead_is_read(tmp_path: Path) -> None:
     values = parsed(trio.run(write_after_read_ahead))
     assert np.array_equal(values["a"][0], np.full(7, 42, "f4"))
     assert np.array_equal(values["a"][1:], np.arange(7, 70, dtype="f4").reshape(9, 7))
+
+
+def test_a_stream_over_many_blocks_and_chunks(tmp_path: Path) -> None:
+    """Blocks made ahead of a stream, each from several chunks (runs of the array's
+    bytes) and starting inside one, as the header shifts the data."""
+    values = np.random.default_rng(5).standard_normal((700, 1000)).astype("<f8")
+    group = zarr.open_group(tmp_path, mode="w", zarr_format=2)
+    group.create_array("big", shape=values.shape, chunks=(37, 1000), dtype="<f8")[...] = values
+    group.create_array("tail", shape=(3,), dtype="<i2")[...] = [7, 8, 9]
+    tree, _ = tree_of(tmp_path)
+    node = tree.resolve("group.nc")
+    assert isinstance(node, FileNode)
+    size = node.view.size
+
+    async def stream() -> bytes:
+        out = bytearray()
+        while len(out) < size:
+            out += await node.view.read(len(out), 128 << 10)
+            node.view.prefetch(len(out))
+            await trio.sleep(0)  # let the blocks ahead be made
+        return bytes(out)
+
+    data = trio.run(stream)
+    assert data == whole(node)
+    parsed_values = parsed(data)
+    assert np.array_equal(parsed_values["big"], values)
+    assert np.array_equal(parsed_values["tail"], [7, 8, 9])
