@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,41 +175,59 @@ class NetcdfView(View):
         self.path = path or "/"
         self._arrays = arrays
         self._group_attrs = group_attrs
-        # The file as last made, and the metadata it was made from (by identity).
+        # The file as last made, and what it was made from: the group's attributes,
+        # and each array's state and metadata, weakly (a hierarchy listed from
+        # consolidated metadata lets go of the nodes not used lately).
         self._made: GroupFile | None = None
-        self._made_from: tuple[object, ...] = ()
-        self._states: dict[str, ArrayState] = {}
+        self._attrs: Mapping[str, Any] | None = None
+        self._sources: dict[str, tuple[weakref.ref[ArrayState], weakref.ref[ArrayMeta]]] = {}
         self._begins: list[int] = []
         self._left_out: tuple[tuple[str, str], ...] = ()
 
-    def _file(self) -> GroupFile:
+    def _file(self) -> tuple[GroupFile, dict[str, ArrayState]]:
+        """The file as its arrays are now, and their states (held while used)."""
+        made, states = self._made, self._kept()
+        if made is not None and states is not None:
+            return made, states
         arrays = self._arrays()
         attrs = self._group_attrs()
-        metas: list[ArrayMeta] = [state.meta for _, state in arrays]
-        sources = (attrs, *metas)
-        made = self._made
-        if (
-            made is None
-            or len(sources) != len(self._made_from)
-            or any(a is not b for a, b in zip(sources, self._made_from, strict=True))
-        ):
-            members = [
-                Member(name, meta, carried_attributes(meta))
-                for (name, _), meta in zip(arrays, metas, strict=True)
-            ]
-            made = group_file(members, attrs)
-            self._made, self._made_from = made, sources
-            self._states = dict(arrays)
-            self._begins = [v.begin for v in made.variables]
-            if made.left_out != self._left_out:
-                self._left_out = made.left_out
-                for name, why in made.left_out:
-                    log.info("%s/%s: not in %s: %s", self.path, name, NC_NAME, why)
-        return made
+        metas = [state.meta for _, state in arrays]
+        members = [
+            Member(name, meta, carried_attributes(meta))
+            for (name, _), meta in zip(arrays, metas, strict=True)
+        ]
+        made = group_file(members, attrs)
+        self._made, self._attrs = made, attrs
+        self._sources = {
+            name: (weakref.ref(state), weakref.ref(meta))
+            for (name, state), meta in zip(arrays, metas, strict=True)
+        }
+        self._begins = [v.begin for v in made.variables]
+        if made.left_out != self._left_out:
+            self._left_out = made.left_out
+            for name, why in made.left_out:
+                log.info("%s/%s: not in %s: %s", self.path, name, NC_NAME, why)
+        return made, dict(arrays)
+
+    def _kept(self) -> dict[str, ArrayState] | None:
+        """The states the file was made from, if each is still there with the same
+        metadata, and the group's attributes are the same (else None)."""
+        if self._made is None:
+            return None
+        attrs = self._group_attrs()
+        if attrs is not self._attrs and attrs != self._attrs:
+            return None
+        states = {}
+        for name, (state_ref, meta_ref) in self._sources.items():
+            state = state_ref()
+            if state is None or state.meta is not meta_ref():
+                return None
+            states[name] = state
+        return states
 
     @property
     def size(self) -> int:
-        return self._file().size
+        return self._file()[0].size
 
     def _at(self, made: GroupFile, offset: int) -> Placed | None:
         """The variable whose data or padding holds ``offset`` (None: the header)."""
@@ -216,7 +235,7 @@ class NetcdfView(View):
         return made.variables[index] if index >= 0 else None
 
     async def read(self, offset: int, size: int) -> bytes | memoryview:
-        made = self._file()
+        made, states = self._file()
         end = min(offset + size, made.size)
         pieces: list[bytes | memoryview] = []
         position = offset
@@ -227,7 +246,10 @@ class NetcdfView(View):
                 pieces.append(made.header[position:stop])
             elif position < placed.begin + placed.nbytes:
                 stop = min(end, placed.begin + placed.nbytes)
-                pieces.append(await self._data(placed, position - placed.begin, stop - position))
+                state = states[placed.member]
+                pieces.append(
+                    await self._data(placed, state, position - placed.begin, stop - position)
+                )
             else:  # padding up to the next variable, or the end of the file
                 following = bisect.bisect_right(self._begins, position)
                 limit = self._begins[following] if following < len(self._begins) else made.size
@@ -238,9 +260,10 @@ class NetcdfView(View):
             return pieces[0]
         return b"".join(pieces)
 
-    async def _data(self, placed: Placed, start: int, length: int) -> bytes | memoryview:
+    async def _data(
+        self, placed: Placed, state: ArrayState, start: int, length: int
+    ) -> bytes | memoryview:
         """``length`` bytes of the variable's big-endian data from ``start``."""
-        state = self._states[placed.member]
         if not placed.swapped:
             data = await state.read(start, length)
             return data if len(data) == length else bytes(data) + bytes(length - len(data))
@@ -266,10 +289,12 @@ class NetcdfView(View):
             if following >= len(made.variables):
                 return
             placed, offset = made.variables[following], made.variables[following].begin
-        state = self._states.get(placed.member)
-        if state is not None:
-            state.prefetch(offset - placed.begin)
-            if placed.swapped:
-                number = offset // SWAP_BLOCK
-                for ahead in range(number, number + SWAP_AHEAD + 1):
-                    _AHEAD.start(self, placed, state, ahead)
+        source = self._sources.get(placed.member)
+        state = source[0]() if source is not None else None
+        if state is None or source is None or state.meta is not source[1]():
+            return  # changed since the file was made: its next read makes it again
+        state.prefetch(offset - placed.begin)
+        if placed.swapped:
+            number = offset // SWAP_BLOCK
+            for ahead in range(number, number + SWAP_AHEAD + 1):
+                _AHEAD.start(self, placed, state, ahead)
