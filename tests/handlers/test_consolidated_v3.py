@@ -169,7 +169,8 @@ def test_zarr_python_store_is_listed_from_one_key_and_shown_byte_for_byte(tmp_pa
     keys = ["zarr.json", "sub/zarr.json", "sub/arr/zarr.json", "sub/deep/er/zarr.json"]
     assert sorted(walk(tree, tree.root)) == sorted(
         [*keys, "sub", "sub/arr", "sub/deep", "sub/deep/zarr.json", "sub/deep/er", "sub/group.nc"]
-        + [f"sub/arr/{n}" for n in ("array.hdr", "array.nhdr", "array.npy", "array.raw", "info")]
+        + [f"sub/arr/{n}" for n in ("array.hdr", "array.nhdr", "array.npy", "array.raw")]
+        + ["sub/arr/array.tif", "sub/arr/info"]
     )
     for key in keys:
         assert shown(tree, key) == (root / key).read_bytes(), key

@@ -51,7 +51,7 @@ def test_v2_group_holding_v1_and_pre_v1_arrays(tmp_path: Path, corpus: Path) -> 
     assert read_all(tree, "old1/array.raw") == expected
     old1 = tree.resolve("old1")
     assert isinstance(old1, DirNode)
-    flat = ["array.hdr", "array.nhdr", "array.npy", "array.raw"]
+    flat = ["array.hdr", "array.nhdr", "array.npy", "array.raw", "array.tif"]
     assert list(tree.entries(old1)) == [*flat, "attrs", "info", "meta"]
     old0 = tree.resolve("old0")
     assert isinstance(old0, DirNode)

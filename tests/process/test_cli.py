@@ -33,7 +33,8 @@ from tests.support.mounting import mounted, unmount
 from zarrfs.daemon import logs, runstate
 from zarrfs.daemon.serve import READ_ONLY_HINT
 
-FOO_BAR_FILES = [".zarray", ".zattrs", "array.hdr", "array.nhdr", "array.npy", "array.raw", "info"]
+FOO_BAR_FILES = [".zarray", ".zattrs", "array.hdr", "array.nhdr", "array.npy", "array.raw"]
+FOO_BAR_FILES += ["array.tif", "info"]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ SHARED = {"errors", "__init__", "__main__"}
 # Inside a layer, folders and modules that are layers of their own, lowest first.
 SUBLAYERS = {
     "formats": [
-        "limits", "grid", "codecs", "model", "conventions", "sidecars", "tiff", "netcdf",
+        "limits", "grid", "codecs", "model", "conventions", "sidecars", "nrrd", "tiff", "netcdf",
         "metadata",
     ],
 }

@@ -106,7 +106,6 @@ async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> 
             await ops.initialised.wait()
             await trio.to_thread.run_sync(set_it)
 
-
         async def watch_signals() -> None:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
                 async for signum in sigs:

@@ -12,10 +12,19 @@ read: where coordinates are named, the line is reserved at a fixed width (every
 number as wide as the widest float64 ``repr``), padded with spaces after its ``}``,
 and replaced by a comment line of the same width when the values turn out not to
 be regular. So the size of the header follows from metadata alone.
+
+The meaning of the values (formats/conventions) goes into ENVI's own fields, as
+GDAL's ENVI driver reads them: ``coordinate system string`` (a WKT1, as GDAL 3.6
+reads no WKT2; it takes it only beside a ``map info`` line, which a geotransform
+given by attributes makes without reading anything), ``data ignore value``, ``data
+gain values`` and ``data offset values`` (one per band), and ``band names``. Band
+names are as wide as the metadata allows for (a date, or the index label when the
+dates cannot be read), so these too leave the size to metadata.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import sys
@@ -23,6 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from zarrfs.formats.conventions import GeoTransform
+from zarrfs.formats.conventions.cf import MAX_BANDS, TIME_LABEL_WIDTH
 
 # ENVI "data type" codes (ENVI's header format; GDAL's ENVI driver reads the same
 # table; 14 and 15 are newer than Debian 12's GDAL 3.6).
@@ -71,6 +83,10 @@ MAP_INFO_SECONDS = 10.0
 REGULAR_TOLERANCE = 1e-3
 # Names and paths shown in a header are cut to this many characters.
 MAX_NAME_TEXT = 256
+# Band names longer than this together are left out of a header.
+MAX_BAND_NAMES_TEXT = 1 << 20
+# Dimension names in band names are cut to this many characters.
+MAX_BAND_NAME_PART = 32
 # The widest repr() of a float64.
 _WIDEST_NUMBER = "-1.2345678901234567e-308"
 _NO_MAP_INFO = (
@@ -130,6 +146,10 @@ def envi_dimensions(shape: Sequence[int]) -> tuple[int, int, int]:
 
 # What _clean replaces: anything but printable ASCII, and ENVI's and NRRD's quoting.
 _UNSAFE = re.compile(r'[^\x20-\x7e]|[{}"\\]')
+# What may not stand in an item of an ENVI list: that and its separator.
+_UNSAFE_IN_LIST = re.compile(r'[^\x20-\x7e]|[{}"\\,]')
+# What may not stand in a value in braces (a WKT: quotes and commas are its own).
+_UNSAFE_IN_BRACES = re.compile(r"[^\x20-\x7e]|[{}]")
 
 
 def _clean(text: str) -> str:
@@ -253,6 +273,90 @@ def map_info_line(info: MapInfo | None, units: str | None) -> str:
     return text.ljust(width)
 
 
+def geotransform_map_info(transform: GeoTransform | None) -> MapInfo | None:
+    """The map info of a GDAL geotransform (its origin is the outer corner already);
+    None for a rotated or sheared one, or one whose x decreases (ENVI has no way to
+    say either), or one that is not finite."""
+    if transform is None:
+        return None
+    x0, dx, rx, y0, ry, dy = transform
+    if rx != 0 or ry != 0 or not dx > 0 or dy == 0:
+        return None
+    if not all(math.isfinite(v) for v in transform):
+        return None
+    return MapInfo(x0=x0, y0=y0, dx=dx, dy=dy)
+
+
+def _band_part(dimensions: Sequence[str | None] | None, axis: int) -> str:
+    name = dimensions[axis] if dimensions and axis < len(dimensions) else None
+    return _UNSAFE_IN_LIST.sub("?", (name or f"dim{axis}")[:MAX_BAND_NAME_PART])
+
+
+def band_names(
+    shape: Sequence[int],
+    dimensions: Sequence[str | None] | None,
+    *,
+    time_axis: int | None = None,
+    time_labels: Sequence[str] | None = None,
+) -> list[str] | None:
+    """One name per band (the leading axes in C order), every one as wide whatever
+    ``time_labels`` hold: each axis gives "name=index", the time axis its date
+    instead where ``time_labels`` (one per index, TIME_LABEL_WIDTH wide) are given.
+    None for fewer than 3 axes, more than MAX_BANDS bands or names too long."""
+    leading = list(shape[:-2])
+    if len(shape) < 3 or math.prod(leading) > MAX_BANDS or math.prod(leading) == 0:
+        return None
+    parts = []
+    for axis, length in enumerate(leading):
+        name = _band_part(dimensions, axis)
+        labels = [f"{name}={i}" for i in range(length)]
+        width = len(labels[-1])
+        if axis == time_axis:
+            width = max(width, TIME_LABEL_WIDTH)
+            if time_labels is not None and len(time_labels) == length:
+                labels = [_UNSAFE_IN_LIST.sub("?", t[:TIME_LABEL_WIDTH]) for t in time_labels]
+        parts.append([label.ljust(width) for label in labels])
+    width = sum(len(p[0]) + 1 for p in parts)
+    if width * math.prod(leading) > MAX_BAND_NAMES_TEXT:
+        return None
+    return [" ".join(combo) for combo in itertools.product(*parts)]
+
+
+def _envi_number(value: float | int) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def _envi_text(text: str | None) -> str | None:
+    """``text`` if it fits in braces on one line of an ENVI header, else None."""
+    if text is None or _UNSAFE_IN_BRACES.search(text):
+        return None
+    return text
+
+
+def _meaning_rows(
+    bands: int,
+    crs_wkt: str | None,
+    nodata: float | int | None,
+    scale: float | None,
+    offset: float | None,
+    names: Sequence[str] | None,
+) -> list[str]:
+    rows = []
+    wkt = _envi_text(crs_wkt)
+    if wkt is not None:
+        rows.append(f"coordinate system string = {{{wkt}}}")
+    if nodata is not None:
+        rows.append(f"data ignore value = {_envi_number(nodata)}")
+    if (scale is not None or offset is not None) and 0 < bands <= MAX_BANDS:
+        gain = _envi_number(1.0 if scale is None else scale)
+        shift = _envi_number(0.0 if offset is None else offset)
+        rows.append(f"data gain values = {{{', '.join([gain] * bands)}}}")
+        rows.append(f"data offset values = {{{', '.join([shift] * bands)}}}")
+    if names is not None and len(names) == bands:
+        rows.append(f"band names = {{{', '.join(names)}}}")
+    return rows
+
+
 def envi_header(
     dtype: np.dtype,
     shape: Sequence[int],
@@ -260,8 +364,15 @@ def envi_header(
     path: str,
     dimensions: Sequence[str | None] | None,
     map_info: str | None = None,
+    crs_wkt: str | None = None,
+    nodata: float | int | None = None,
+    scale: float | None = None,
+    offset: float | None = None,
+    names: Sequence[str] | None = None,
 ) -> bytes:
-    """An ENVI header for ``array.raw``; ``map_info`` is a line of map_info_line().
+    """An ENVI header for ``array.raw``; ``map_info`` is a line of map_info_line(),
+    ``names`` those of band_names(). A WKT ENVI cannot hold (braces, not ASCII) is
+    left out.
 
     ValueError if ENVI has no type for ``dtype``.
     """
@@ -283,46 +394,6 @@ def envi_header(
     ]
     if map_info is not None:
         rows.append(map_info)
+    rows += _meaning_rows(bands, crs_wkt, nodata, scale, offset, names)
     return ("\n".join(rows) + "\n").encode("ascii")
 
-
-def _labels(dimensions: Sequence[str | None] | None) -> str | None:
-    """NRRD's ``labels`` (fastest axis first), where every axis has a plain name."""
-    if not dimensions or not all(d and _clean(d) == d for d in dimensions):
-        return None
-    return " ".join(f'"{d}"' for d in reversed(dimensions))
-
-
-def nrrd_header(
-    dtype: np.dtype,
-    shape: Sequence[int],
-    *,
-    path: str,
-    dimensions: Sequence[str | None] | None,
-    data_file: str,
-) -> bytes:
-    """A detached NRRD header for ``data_file``: sizes fastest axis first (the C-order
-    shape reversed); a 0-d array is one element of one axis.
-
-    ValueError if NRRD has no type for ``dtype``.
-    """
-    name = nrrd_type(dtype)
-    if name is None:
-        raise ValueError(f"NRRD has no type for {dtype.str}")
-    sizes = list(reversed(shape)) or [1]
-    rows = [
-        "NRRD0004",
-        "# Complete NRRD file format specification at:",
-        "# http://teem.sourceforge.net/nrrd/format.html",
-        f"content: Zarr array /{_clean(path)}",
-        f"type: {name}",
-        f"dimension: {len(sizes)}",
-        "sizes: " + " ".join(str(s) for s in sizes),
-    ]
-    labels = _labels(dimensions) if len(shape) == len(sizes) else None
-    if labels is not None:
-        rows.append(f"labels: {labels}")
-    if dtype.itemsize > 1:
-        rows.append(f"endian: {'big' if is_big_endian(dtype) else 'little'}")
-    rows += ["encoding: raw", f"data file: {data_file}"]
-    return ("\n".join(rows) + "\n").encode("ascii")

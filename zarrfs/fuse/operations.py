@@ -50,6 +50,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 # a file's are kept with it, as long as the tree keeps the file.
 MAX_DIRECTORY_ATTRIBUTES = 16_384
 
+
 @dataclass(eq=False)
 class OpenFile:
     node: FileNode

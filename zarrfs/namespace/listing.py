@@ -2,7 +2,8 @@
 directory at a mount's root; sorted by name, each entry knowing its position.
 
 An array directory shows its documents, ``array.raw`` and ``array.npy`` over the
-array's live state, the sidecar headers its data type allows and ``info``; a
+array's live state, the sidecar headers its data type allows, ``array.tif`` where
+TIFF can show it, and ``info``; a
 group its documents and its child nodes (namespace/tree.py loads those). Which
 sibling arrays an ENVI header takes its map info from is settled when the array
 is first listed, from metadata alone, and kept with the node: a sibling resized
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Sequence
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
-from zarrfs.formats.conventions import Surroundings
+from zarrfs.formats.conventions import Axis, Surroundings, conventions_of
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 from zarrfs.formats.netcdf import has_netcdf_type
 from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
@@ -28,8 +30,10 @@ from zarrfs.views.control import CONTROL_NAME
 from zarrfs.views.info import INFO_NAME, InfoView
 from zarrfs.views.netcdf import NC_NAME, NetcdfView
 from zarrfs.views.npy import NpyView
+from zarrfs.views.nrrd import VOLUMES_DIR, nrrd_views, volume_views
 from zarrfs.views.raw import RawView
 from zarrfs.views.sidecars import Coordinates, find_coordinates, sidecar_views
+from zarrfs.views.tiff import TIFF_NAME, tiff_view
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +82,33 @@ def array_entries(
 ) -> dict[str, Node]:
     entries = document_entries(node, loaded)
     state = loaded.state
+    meta = loaded.meta
+    assert isinstance(meta, ArrayMeta)
+    # What the attributes mean, worked out once, when a header or info first asks.
+    conventions = functools.cache(
+        lambda: conventions_of(state.meta if state is not None else meta, surroundings(node))
+    )
     if state is not None:
         views: dict[str, View] = {
             RAW_NAME: RawView(state, writeback),
             NPY_NAME: NpyView(state, writeback),
         }
         coordinates = functools.partial(_coordinates, node, state)
-        views.update(sidecar_views(state, coordinates, writeback))
+        sibling = functools.partial(_sibling_array, node)
+        views.update(sidecar_views(state, coordinates, writeback, conventions, sibling))
+        axes = conventions().axes
+        views.update(nrrd_views(state, writeback, axes))
+        tiff = tiff_view(
+            state, writeback, conventions, functools.partial(_tiff_coordinates, node, state)
+        )
+        if tiff is not None and TIFF_NAME not in entries:  # never over a store's member
+            views[TIFF_NAME] = tiff
         for name, view in views.items():
             entries[name] = FileNode(name, view, node.mtime, node)
-    assert isinstance(loaded.meta, ArrayMeta)
-    info = InfoView(loaded.meta, loaded.documents, state, store)
+        volumes = _volumes_directory(node, state, writeback, axes)
+        if volumes is not None:
+            entries[VOLUMES_DIR] = volumes
+    info = InfoView(meta, loaded.documents, state, store, conventions)
     entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
     return entries
 
@@ -102,12 +122,35 @@ def _coordinates(node: DirNode, state: ArrayState) -> Coordinates | None:
     return found if isinstance(found, Coordinates) else None
 
 
+def _tiff_coordinates(
+    node: DirNode, state: ArrayState, names: tuple[str, str] | None
+) -> Coordinates | None:
+    """The coordinates of ``array.tif``'s position: those the conventions name (y,
+    x), else the header's."""
+    if names is None:
+        return _coordinates(node, state)
+    return find_coordinates(state.meta, functools.partial(_sibling_array, node), names)
+
+
 def _sibling_array(node: DirNode, name: str) -> ArrayState | None:
     """The array ``name`` beside ``node`` in its group (where xarray keeps
     coordinates), from the group's children: the parent was listed to reach it."""
     children = node.parent.children if node.parent is not None else None
     sibling = children.get(name) if children is not None else None
     return sibling.state if sibling is not None and sibling is not node else None
+
+
+def _volumes_directory(
+    node: DirNode, state: ArrayState, writeback: WriteBack | None, axes: tuple[Axis, ...] | None
+) -> DirNode | None:
+    """``volumes/`` (views/nrrd.py) in the array directory ``node``, where it has one."""
+    files = volume_views(state, writeback, axes)
+    if files is None:
+        return None
+    # Made with the array's listing, never loaded from the store: it is the array's.
+    volumes = virtual_directory(node.loader, node, VOLUMES_DIR, files, node.mtime)
+    volumes.checked = math.inf  # nothing in the store to check it against
+    return volumes
 
 
 def surroundings(node: DirNode) -> Surroundings:
@@ -157,17 +200,23 @@ def add_group_file(node: DirNode, entries: dict[str, Node]) -> None:
 # -- the control directory ------------------------------------------------------------
 
 
+def virtual_directory(
+    loader: Loader, parent: DirNode, name: str, files: dict[str, View], mtime: float
+) -> DirNode:
+    """A directory of the mount's own in ``parent``, holding ``files``."""
+    directory = DirNode(loader, parent, name, mtime)
+    directory.loaded = Loaded(GroupMeta(name, 0, ()), NO_DOCUMENTS, None)
+    directory.children = {}
+    set_entries(
+        directory.loaded,
+        {n: FileNode(n, view, mtime, directory) for n, view in sorted(files.items())},
+    )
+    return directory
+
+
 def control_directory(loader: Loader, root: DirNode, files: dict[str, View]) -> DirNode:
     """``.zarrfs/`` (views/control.py) in ``root``, holding ``files``."""
-    now = time.time()
-    control = DirNode(loader, root, CONTROL_NAME, now)
-    control.loaded = Loaded(GroupMeta(CONTROL_NAME, 0, ()), NO_DOCUMENTS, None)
-    control.children = {}
-    set_entries(
-        control.loaded,
-        {name: FileNode(name, view, now, control) for name, view in sorted(files.items())},
-    )
-    return control
+    return virtual_directory(loader, root, CONTROL_NAME, files, time.time())
 
 
 def add_control(entries: dict[str, Node], control: DirNode) -> None:

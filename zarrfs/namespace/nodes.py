@@ -101,6 +101,11 @@ class DirNode:
         return join_key(self.parent.path, self.name)
 
     @property
+    def loader(self) -> Loader:
+        """What loads this node (the tree): directories made beside it share it."""
+        return self._loader
+
+    @property
     def meta(self) -> NodeMeta:
         return self._loader.loaded_node(self).meta
 

@@ -97,9 +97,7 @@ class AzureStore(ObjectStore):
         if settings.get("use_emulator") and not endpoint:
             endpoint, scheme = "http://127.0.0.1:10000/devstoreaccount1", "http"
         self._endpoint = endpoint or f"https://{account}.blob.core.windows.net"
-        self._connect(
-            _Bucket, settings, scheme, lambda e: cloud_config.scrub(e, _SECRETS, secrets)
-        )
+        self._connect(_Bucket, settings, scheme, lambda e: cloud_config.scrub(e, _SECRETS, secrets))
 
     def _settings(self, host: str, anonymous: bool) -> tuple[dict[str, Any], tuple[str, ...]]:
         """obstore's configuration from the URL's host, the connection string and

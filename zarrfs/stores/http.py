@@ -117,7 +117,7 @@ def _reason(e: BaseException) -> str:
 
 
 def _peer(e: BaseException) -> str:
-    """"host:port" of the connection (or pool) urllib3's error names, "" if none:
+    """ "host:port" of the connection (or pool) urllib3's error names, "" if none:
     urllib3 keeps the host apart from user info and query string."""
     conn = getattr(e, "conn", None) or getattr(e, "pool", None)
     if conn is None and e.args and hasattr(e.args[0], "host"):

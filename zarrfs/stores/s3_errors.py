@@ -58,7 +58,7 @@ def code_of(e: Exception) -> str | None:
 
 
 def host_of(e: Exception, service: str = "S3") -> str:
-    """"host:port" of the server a failed request went to, "the S3 server" (of
+    """ "host:port" of the server a failed request went to, "the S3 server" (of
     ``service``) where the error does not say."""
     found = _HOST.search(str(e))
     return "".join(part or "" for part in found.groups()) if found else f"the {service} server"

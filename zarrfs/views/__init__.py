@@ -9,8 +9,9 @@ views:
 - ``RawView`` (raw.py): ``array.raw``, the array as C-order bytes; read-write.
 - ``NpyView`` (npy.py): ``array.npy``, an NPY header and ``array.raw``; read-write,
   and ``np.save`` onto it may change the first dimension.
-- ``EnviHeaderView``, ``NrrdHeaderView`` (sidecars.py): ``array.hdr`` and
-  ``array.nhdr``, headers for legacy tools, made from the live shape.
+- ``EnviHeaderView`` (sidecars.py), ``NrrdHeaderView`` and ``VolumeHeaderView``
+  (nrrd.py): ``array.hdr``, ``array.nhdr`` and ``volumes/*.nhdr``, headers for
+  legacy tools, made from the live shape.
 - ``InfoView`` (info.py): ``info``, a summary of one array from a store listing.
 - ``ChunkKeyView`` (chunkkeys.py): a chunk key's stored value, found by lookup.
 - ``StatsView``, ``FlushView`` (control.py): ``.zarrfs/stats`` and ``.zarrfs/flush``.

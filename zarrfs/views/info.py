@@ -11,19 +11,29 @@ Format-agnostic: the codecs are the document's own fields (v2: "Filters" and
 "Compressor"; v3: "Codecs"), a v3 data type is shown as written with its numpy
 form, and a sharded array adds its shard shape ("Chunk shape" is then the inner
 chunk shape) and how many shards are stored.
+
+Then the array's attributes, one per line as JSON, and what the conventions they
+follow say (formats/conventions): the CRS, the geotransform or the coordinates,
+nodata, scale and offset, units, the time and band axes, the axes of an image.
+Every name and value is shown as printable text, each cut short.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.read.reading import Buffer
 from zarrfs.core.sizes import format_size
+from zarrfs.formats import nrrd
+from zarrfs.formats.conventions import Conventions
+from zarrfs.formats.conventions.ome import axes_text
 from zarrfs.formats.grid.layout import grid_shape
 from zarrfs.formats.metadata.describe import (
     codec_fields,
@@ -38,6 +48,9 @@ from zarrfs.views.base import View
 from zarrfs.views.xattrs import MAX_JSON_TEXT, fill_text, json_text
 
 INFO_NAME = "info"
+# Attributes shown one per line; the rest are counted.
+MAX_ATTRIBUTE_ROWS = 64
+_PLAIN = re.compile(r"[\x20-\x7e]{1,4096}")
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,73 @@ def summarise(meta: ArrayMeta, keys: Iterable[tuple[str, int]], documents: int) 
     return Stored(chunks, nbytes, shards=len(found))
 
 
-def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
+def _shown(text: str) -> str:
+    """``text`` as it is if it is short printable ASCII, else as JSON (escaped, cut)."""
+    return text if _PLAIN.fullmatch(text) else json_text(text, ascii=True)
+
+
+def _attribute_rows(attrs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if not attrs:
+        return []  # the rows of zarr-python's info, as they are
+    rows = [("Attributes", str(len(attrs)))]
+    for index, (name, value) in enumerate(attrs.items()):
+        if index == MAX_ATTRIBUTE_ROWS:
+            rows.append(("  ...", f"{len(attrs) - index} more"))
+            break
+        rows.append((f"  {_shown(str(name))}", json_text(value, ascii=True)))
+    return rows
+
+
+def _crs_text(conventions: Conventions) -> str | None:
+    crs = conventions.crs
+    if crs is None:
+        return None
+    parts = [] if crs.epsg is None else [f"EPSG:{crs.epsg}"]
+    named = re.match(r'\s*\w+\[\s*"([^"]{0,80})"', crs.wkt or "")
+    if named is not None:
+        parts.append(named.group(1))
+    if crs.wkt is not None:
+        parts.append(f"WKT of {len(crs.wkt)} characters")
+    return _shown(", ".join(parts))
+
+
+def conventions_rows(conventions: Conventions) -> list[tuple[str, str]]:
+    """What the conventions say, one row per fact found."""
+    c = conventions
+    rows: list[tuple[str, str | None]] = [
+        ("Conventions", ", ".join(c.found) if c.found else None),
+        ("CRS", _crs_text(c)),
+        ("Geotransform", None if c.geotransform is None else " ".join(map(repr, c.geotransform))),
+    ]
+    if c.x_coordinate is not None and c.y_coordinate is not None:
+        rows.append(("Coordinates", f"x {c.x_coordinate}, y {c.y_coordinate}"))
+    rows += [
+        ("Nodata", None if c.nodata is None else repr(c.nodata)),
+        ("Scale factor", None if c.scale_factor is None else repr(c.scale_factor)),
+        ("Add offset", None if c.add_offset is None else repr(c.add_offset)),
+        ("Units", c.units),
+        ("Long name", c.long_name),
+    ]
+    if c.time is not None:
+        time = c.time
+        text = f"dimension {time.axis} ({time.coordinate}): {time.units}, {time.calendar}"
+        rows.append(("Time axis", text))
+    if c.band_axis is not None:
+        rows.append(("Band axis", f"dimension {c.band_axis}"))
+    return [(name, _shown(value)) for name, value in rows if value is not None]
+
+
+def _ome_rows(meta: ArrayMeta, found: Conventions | None) -> list[tuple[str, str]]:
+    if found is None or found.axes is None:
+        return []
+    rows = [("Axes (OME)", axes_text(found.axes))]
+    volumes = nrrd.volumes_text(found.axes, meta.shape)
+    return rows if volumes is None else [*rows, ("NRRD volumes", volumes)]
+
+
+def info_text(
+    meta: ArrayMeta, stored: Stored | None, dirty: int, conventions: Conventions | None = None
+) -> str:
     """The summary (``stored`` None: nothing stored)."""
     total = meta.n_chunks
     stored = stored or Stored(0, 0)
@@ -121,6 +200,9 @@ def info_text(meta: ArrayMeta, stored: Stored | None, dirty: int) -> str:
     rows += [
         ("Chunks initialized", f"{stored.chunks}/{total}"),
         ("Chunks not stored", str(dirty)),
+        *_attribute_rows(meta.attrs),
+        *conventions_rows(conventions or Conventions()),
+        *_ome_rows(meta, conventions),
     ]
     return "".join(f"{name:<19}: {value}\n" for name, value in rows)
 
@@ -136,7 +218,9 @@ class InfoView(View):
         documents: Mapping[str, bytes],
         state: ArrayState | None,
         store: Store,
+        conventions: Callable[[], Conventions] | None = None,
     ) -> None:
+        self._conventions = conventions  # settled when listed, as the headers' are
         self._meta = meta
         self._documents = documents  # the node's, kept current by a resize's flush
         self._array = state
@@ -151,15 +235,21 @@ class InfoView(View):
     def size(self) -> int:
         return 0  # as /proc's files: readers read to end of file (direct I/O)
 
-    def _render(self, meta: ArrayMeta, documents: int, dirty: int) -> bytes:
+    def _render(
+        self, meta: ArrayMeta, documents: int, dirty: int, conventions: Conventions | None
+    ) -> bytes:
         """Worker thread: list the array's keys and summarise them."""
         prefix = meta.path
         keys = ((f"{prefix}/{k}" if prefix else k, n) for k, n in self._store.scan(prefix))
-        return info_text(meta, summarise(meta, keys, documents), dirty).encode()
+        return info_text(meta, summarise(meta, keys, documents), dirty, conventions).encode()
 
     async def read(self, offset: int, size: int) -> Buffer:
         if offset == 0 or not self._text:
             documents = sum(len(d) for d in self._documents.values())
             dirty = len(self._array.dirty) if self._array is not None else 0
-            self._text = await trio.to_thread.run_sync(self._render, self.meta, documents, dirty)
+            # On the trio thread: the conventions look at the tree (siblings, group).
+            conventions = self._conventions() if self._conventions is not None else None
+            self._text = await trio.to_thread.run_sync(
+                self._render, self.meta, documents, dirty, conventions
+            )
         return self._text[offset : offset + size]

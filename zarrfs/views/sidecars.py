@@ -16,6 +16,12 @@ through the mount count. What that read may cost is bounded from metadata
 map info line; over them at a read (grown since, or slow) the line reserved for map
 info is the comment of the same width. The map info line has a fixed width
 (formats/sidecars.py), so the size never waits for those values.
+
+What the conventions say (formats/conventions, settled at listing like the
+coordinates) adds the CRS, nodata, scale and offset and band names; a geotransform
+given by attributes makes the map info without reading any coordinate. The dates of
+a CF time axis are read like the coordinates, on each read from the start, within
+the same time; band names have one width whether they could be read or not.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import ZarrfsError
 from zarrfs.formats import sidecars
+from zarrfs.formats.conventions import Conventions
+from zarrfs.formats.conventions.cf import MAX_BANDS, time_labels, wkt1_of
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.sidecars import MAP_INFO_SECONDS, MapInfo
 from zarrfs.views.base import ArrayView, View
@@ -39,7 +47,6 @@ from zarrfs.views.base import ArrayView, View
 log = logging.getLogger(__name__)
 
 HDR_NAME = "array.hdr"  # GDAL looks for array.raw.hdr, then array.hdr: never name both
-NHDR_NAME = "array.nhdr"
 DATA_FILE = "array.raw"
 
 
@@ -75,15 +82,21 @@ def _coordinate_ok(meta: ArrayMeta, name: str, length: int) -> bool:
 
 
 def find_coordinates(
-    meta: ArrayMeta, sibling: Callable[[str], ArrayState | None]
+    meta: ArrayMeta,
+    sibling: Callable[[str], ArrayState | None],
+    names: tuple[str, str] | None = None,
 ) -> Coordinates | None:
     """The coordinates of ``meta``'s last two axes among its siblings (``sibling``
-    finds one by name): arrays named as those axes, 1-D, as long as them, of real
-    numbers."""
-    names = meta.dimension_names
-    if names is None or len(names) < 2 or len(meta.shape) != len(names):
+    finds one by name): arrays named as those axes (or ``names``: y, x), 1-D, as
+    long as them, of real numbers."""
+    if names is None:
+        dimensions = meta.dimension_names
+        if dimensions is None or len(dimensions) < 2 or len(meta.shape) != len(dimensions):
+            return None
+        names = (dimensions[-2] or "", dimensions[-1] or "")
+    if len(meta.shape) < 2:
         return None
-    y_name, x_name = names[-2], names[-1]
+    y_name, x_name = names
     if not y_name or not x_name or y_name == x_name:
         return None
     y, x = sibling(y_name), sibling(x_name)
@@ -98,8 +111,11 @@ def find_coordinates(
     return Coordinates(y, x, units)
 
 
-async def _values(state: ArrayState, length: int) -> np.ndarray | None:
-    """The coordinate's values, if it still has ``length`` of them."""
+async def coordinate_values(
+    state: ArrayState, length: int, file: str = HDR_NAME
+) -> np.ndarray | None:
+    """The coordinate's values, if it still has ``length`` of them (``file``: the
+    header they are for, in the log)."""
     meta = state.meta
     if meta.shape != (length,) or _too_costly(meta) is not None:
         return None  # (grown since the listing)
@@ -109,7 +125,7 @@ async def _values(state: ArrayState, length: int) -> np.ndarray | None:
         # The header is still served, without map info; a chunk failure is logged
         # once, as for any reader (a remembered one comes back marked as logged).
         level = logging.DEBUG if getattr(e, "logged", False) else logging.WARNING
-        log.log(level, "%s: no map info from %s: %s", HDR_NAME, meta.display_name, e)
+        log.log(level, "%s: no map info from %s: %s", file, meta.display_name, e)
         return None
     if len(data) != meta.nbytes:
         return None
@@ -154,33 +170,61 @@ class EnviHeaderView(_HeaderView):
     """``array.hdr``: samples, lines and bands of ``array.raw``, band sequential."""
 
     def __init__(
-        self, state: ArrayState, writeback: WriteBack | None, coordinates: Coordinates | None
+        self,
+        state: ArrayState,
+        writeback: WriteBack | None,
+        coordinates: Coordinates | None,
+        conventions: Conventions | None = None,
+        time: ArrayState | None = None,
     ) -> None:
         super().__init__(state, writeback)
-        self.coordinates = coordinates
+        self.conventions = conventions or Conventions()
+        # A geotransform the attributes give needs no coordinate read.
+        self._given = sidecars.geotransform_map_info(self.conventions.geotransform)
+        self.coordinates = None if self._given is not None else coordinates
+        self.time = time  # the array of the time axis' values (formats/conventions/cf)
+        self._dates: list[str] | None = None  # as the last read of the header found them
 
     def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
         line = None
-        if self.coordinates is not None:
+        if self._given is not None:
+            line = sidecars.map_info_line(self._given, None)
+        elif self.coordinates is not None:
             line = sidecars.map_info_line(map_info, self.coordinates.units)
+        facts = self.conventions
+        names = None
+        if facts.band_axis is not None:
+            names = sidecars.band_names(
+                meta.shape,
+                meta.dimension_names,
+                time_axis=None if facts.time is None else facts.time.axis,
+                time_labels=self._dates,
+            )
         return sidecars.envi_header(
             meta.dtype,
             meta.shape,
             path=meta.path,
             dimensions=meta.dimension_names,
             map_info=line,
+            crs_wkt=wkt1_of(facts.crs),
+            nodata=facts.nodata,
+            scale=facts.scale_factor,
+            offset=facts.add_offset,
+            names=names,
         )
 
     async def _map_info(self, meta: ArrayMeta) -> MapInfo | None:
-        if self.coordinates is None or len(meta.shape) < 2:
-            return None
+        # The dates of the band names are read here too: the header is made next.
+        self._dates = None
         y = x = None
         with trio.move_on_after(MAP_INFO_SECONDS) as scope:
-            y = await _values(self.coordinates.y, meta.shape[-2])
-            x = await _values(self.coordinates.x, meta.shape[-1])
+            self._dates = await self._read_dates(meta)
+            if self.coordinates is not None and len(meta.shape) >= 2:
+                y = await coordinate_values(self.coordinates.y, meta.shape[-2])
+                x = await coordinate_values(self.coordinates.x, meta.shape[-1])
         if scope.cancelled_caught:
             log.warning(
-                "%s of %s: no map info: its coordinates were not read within %g s",
+                "%s of %s: no map info or dates: its coordinates were not read within %g s",
                 HDR_NAME,
                 meta.display_name,
                 MAP_INFO_SECONDS,
@@ -189,31 +233,48 @@ class EnviHeaderView(_HeaderView):
             return None
         return sidecars.map_info_of(y, x)
 
+    async def _read_dates(self, meta: ArrayMeta) -> list[str] | None:
+        time = self.conventions.time
+        if self.time is None or time is None or time.axis >= len(meta.shape):
+            return None
+        values = await coordinate_values(self.time, meta.shape[time.axis])
+        if values is None:
+            return None
+        # In a worker: 4096 dates take cftime about 12 ms, too long for the trio thread.
+        return await trio.to_thread.run_sync(time_labels, values, time)
 
-class NrrdHeaderView(_HeaderView):
-    """``array.nhdr``: a detached NRRD header whose data file is ``array.raw``."""
 
-    def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
-        return sidecars.nrrd_header(
-            meta.dtype,
-            meta.shape,
-            path=meta.path,
-            dimensions=meta.dimension_names,
-            data_file=DATA_FILE,
-        )
+def find_time(
+    conventions: Conventions, sibling: Callable[[str], ArrayState | None]
+) -> ArrayState | None:
+    """The array holding the values of the CF time axis, if reading them for band
+    names costs little (at most MAX_BANDS values, bounded chunks)."""
+    time = conventions.time
+    found = sibling(time.coordinate) if time is not None else None
+    if found is None or len(found.meta.shape) != 1 or found.meta.shape[0] > MAX_BANDS:
+        return None
+    cost = _too_costly(found.meta)
+    if cost is not None:
+        log.info("%s: no band dates from %s: %s", HDR_NAME, found.meta.display_name, cost)
+        return None
+    return found
 
 
 def sidecar_views(
     state: ArrayState,
     coordinates: Callable[[], Coordinates | None],
     writeback: WriteBack | None,
+    conventions: Callable[[], Conventions] | None = None,
+    sibling: Callable[[str], ArrayState | None] | None = None,
 ) -> dict[str, View]:
     """The headers the array's dtype allows, by file name; ``coordinates`` gives
-    those of its map info (``find_coordinates``), asked only for an ENVI header."""
+    those of its map info (``find_coordinates``), ``conventions`` what its
+    attributes mean and ``sibling`` the arrays beside it by name (for the values of
+    a time axis), asked only for an ENVI header."""
     views: dict[str, View] = {}
     dtype = state.meta.dtype
     if sidecars.envi_data_type(dtype) is not None:
-        views[HDR_NAME] = EnviHeaderView(state, writeback, coordinates())
-    if sidecars.nrrd_type(dtype) is not None:
-        views[NHDR_NAME] = NrrdHeaderView(state, writeback)
+        facts = conventions() if conventions is not None else Conventions()
+        time = find_time(facts, sibling) if sibling is not None else None
+        views[HDR_NAME] = EnviHeaderView(state, writeback, coordinates(), facts, time)
     return views

@@ -207,6 +207,7 @@ def test_unknown_codec(fault_store: tuple[Path, dict[str, bytes]], fault_mount: 
         "array.nhdr",
         "array.npy",
         "array.raw",
+        "array.tif",
         "info",
     ]
     assert (directory / ".zarray").read_bytes() == (store / "faulty/nocodec/.zarray").read_bytes()

@@ -37,6 +37,7 @@ from numcodecs import BZ2, LZMA, Blosc, Delta, FixedScaleOffset, GZip, Shuffle, 
 
 from tests.support.mounting import Mounted, mounted
 from zarrfs.formats.sidecars import envi_data_type, nrrd_type
+from zarrfs.formats.tiff import tiff_sample
 
 NAN = float("nan")
 INF = float("inf")
@@ -639,6 +640,8 @@ def test_array_directory_listing(matrix: Matrix, path: str) -> None:
         dtype = matrix.references[path].dtype
         files += ["array.hdr"] if envi_data_type(dtype) is not None else []
         files += ["array.nhdr"] if nrrd_type(dtype) is not None else []
+        ndim = len(matrix.references[path].shape)
+        files += ["array.tif"] if tiff_sample(dtype) is not None and ndim >= 2 else []
     assert names == docs + sorted(files)
     assert os.path.isdir(matrix.mount / path)
     for name in names:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ import trio
 import zarr
 from zarr.codecs import BytesCodec
 
+from tests.support.headers import gdalinfo, header_fields, read_exact, require
 from tests.support.mounting import Mounted, mounted, peak_rss
 from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
@@ -43,11 +43,6 @@ SHAPES = {  # ndim → (shape, chunks): edge chunks on every axis
     3: ((3, 11, 9), (2, 4, 4)),
     4: ((2, 3, 7, 5), (1, 2, 3, 4)),
 }
-
-
-def require(*programs: str) -> None:
-    missing = [p for p in programs if shutil.which(p) is None]
-    assert not missing, f"{missing} not on PATH: scripts/install.sh installs gdal-bin"
 
 
 def array_name(dtype: str, ndim: int) -> str:
@@ -70,22 +65,6 @@ def random_values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, .
     return (real + 1j * rng.standard_normal(shape)).astype(native)
 
 
-def read_exact(path: Path) -> bytes:
-    """The file's bytes, checking that stat's size is theirs."""
-    data = path.read_bytes()
-    assert os.stat(path).st_size == len(data), path
-    return data
-
-
-def header_fields(data: bytes, separator: str) -> dict[str, str]:
-    out = {}
-    for line in data.decode("ascii").splitlines()[1:]:
-        name, sep, value = line.partition(separator)
-        if sep and not line.startswith(("#", ";")):
-            out[name.strip()] = value.strip()
-    return out
-
-
 def gdal_read(raw: Path, out: Path, shape: tuple[int, ...]) -> np.ndarray:
     """``array.raw`` read by GDAL (gdal_translate to a local ENVI file, native order)."""
     subprocess.run(["gdal_translate", "-q", "-of", "ENVI", str(raw), str(out)], check=True)
@@ -94,14 +73,6 @@ def gdal_read(raw: Path, out: Path, shape: tuple[int, ...]) -> np.ndarray:
     dtype = np.dtype(codes[int(written["data type"])])
     assert written["byte order"] == "0"
     return np.fromfile(out, dtype=dtype).reshape(shape)
-
-
-def gdalinfo(raw: Path) -> dict:
-    result = subprocess.run(
-        ["gdalinfo", "-json", str(raw)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 # -- values, every type, both byte orders, 2-D to 4-D -----------------------------------

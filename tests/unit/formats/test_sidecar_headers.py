@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zarrfs.formats.nrrd import nrrd_header
 from zarrfs.formats.sidecars import (
     MAX_COORDINATE_CHUNKS,
     MAX_COORDINATE_DECODED,
@@ -24,7 +25,6 @@ from zarrfs.formats.sidecars import (
     map_info_line,
     map_info_of,
     map_info_width,
-    nrrd_header,
     nrrd_type,
     regular_axis,
 )

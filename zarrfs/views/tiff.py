@@ -1,0 +1,168 @@
+"""``array.tif``: an uncompressed TIFF whose strips are the bytes of ``array.raw``.
+
+The header (formats/tiff) is made from the live shape, so its size follows a
+resize; the data part is read through the array's state as ``array.raw`` is
+(counted as bytes read, read ahead when streamed). Like the sidecar headers the
+file is ``volatile``: handles use direct I/O and a resize invalidates its
+attributes, so neither a size nor a page from before a write is served. It is
+read-only.
+
+Where the position comes from coordinate values (sibling 1-D arrays, found when
+the directory is listed), they are read when IFD 0 is, through their own array
+states and within MAP_INFO_SECONDS, as the ENVI header's map info is
+(views/sidecars.py); the tags holding the position have a size fixed by metadata,
+so ``stat`` reads no chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from zarrfs.core.arrays import ArrayState
+from zarrfs.core.read.reading import Buffer
+from zarrfs.core.write.writeback import WriteBack
+from zarrfs.formats.conventions import Conventions, GeoTransform
+from zarrfs.formats.sidecars import MAP_INFO_SECONDS
+from zarrfs.formats.tiff import TiffLayout, geo_tags, header_bytes, tiff_layout, tiff_sample
+from zarrfs.formats.tiff.geo import geotransform_of
+from zarrfs.views.base import ArrayView
+from zarrfs.views.sidecars import Coordinates, coordinate_values
+
+log = logging.getLogger(__name__)
+
+TIFF_NAME = "array.tif"
+
+
+class TiffView(ArrayView):
+    """``array.tif``: a header made per shape, then the array's bytes."""
+
+    volatile = True  # direct I/O, attributes invalidated on a resize
+    reads_counted = True
+
+    def __init__(
+        self,
+        state: ArrayState,
+        writeback: WriteBack | None,
+        conventions: Conventions,
+        coordinates: Coordinates | None,
+    ) -> None:
+        super().__init__(state, writeback)
+        self.conventions = conventions
+        self.coordinates = coordinates
+        self._layout: tuple[tuple[int, ...], TiffLayout | None] | None = None
+        self._logged: str | None = None
+        # What the coordinates gave at the last read of IFD 0, for that shape.
+        self._geotransform: tuple[tuple[int, ...], GeoTransform | None] | None = None
+
+    @property
+    def bands(self) -> bool:
+        return self.conventions.band_axis == 0 and len(self.state.meta.shape) == 3
+
+    def layout(self) -> TiffLayout | None:
+        """The layout for the current shape; None where it has none (an axis of
+        length 0, a header over the bound), the reason logged once."""
+        meta = self.state.meta
+        if self._layout is None or self._layout[0] != meta.shape:
+            bands = self.bands
+            geo = geo_tags(
+                self.conventions,
+                bands=meta.shape[0] if bands else 1,
+                coordinates=self.coordinates is not None,
+            )
+            found = tiff_layout(meta.dtype, meta.shape, bands=bands, geo=geo)
+            if isinstance(found, str):
+                if found != self._logged:
+                    log.info("%s of %s is empty: %s", TIFF_NAME, meta.display_name, found)
+                    self._logged = found
+                found = None
+            self._layout = (meta.shape, found)
+        return self._layout[1]
+
+    @property
+    def size(self) -> int:
+        layout = self.layout()
+        return 0 if layout is None else layout.file_size
+
+    async def _position(self, layout: TiffLayout, offset: int) -> GeoTransform | None:
+        """The geotransform the coordinates give, read again at a read from 0."""
+        shape = self.state.meta.shape
+        if self.coordinates is None or not layout.geo.from_coordinates:
+            return None
+        known = self._geotransform
+        if known is not None and known[0] == shape and offset > 0:
+            return known[1]
+        found = None
+        y = x = None
+        name = self.state.meta.display_name
+        with trio.move_on_after(MAP_INFO_SECONDS) as scope:
+            y = await coordinate_values(self.coordinates.y, shape[-2], TIFF_NAME)
+            x = await coordinate_values(self.coordinates.x, shape[-1], TIFF_NAME)
+        if scope.cancelled_caught:
+            log.warning(
+                "%s of %s: no position: its coordinates were not read within %g s",
+                TIFF_NAME,
+                name,
+                MAP_INFO_SECONDS,
+            )
+        if y is not None and x is not None:
+            found = geotransform_of(y, x)
+        self._geotransform = (shape, found)
+        return found
+
+    async def read(self, offset: int, size: int) -> Buffer:
+        layout = self.layout()
+        if layout is None:
+            return b""
+        if offset < layout.ifd_offset(1) and layout.geo.from_coordinates:
+            geotransform = await self._position(layout, offset)
+            layout = self.layout()  # the shape may have changed meanwhile
+            if layout is None:
+                return b""
+        else:
+            known = self._geotransform
+            geotransform = known[1] if known is not None else None
+        start = layout.data_offset
+        end = min(offset + size, layout.file_size)
+        if offset >= end:
+            return b""
+        head = header_bytes(layout, offset, end - offset, geotransform)
+        if end <= start:
+            return head
+        tail = await self.state.read(max(offset - start, 0), end - max(offset, start))
+        if self.layout() is not layout:
+            # Resized while the data was read: answer what this layout holds, no more.
+            tail = tail[: max(0, layout.file_size - max(offset, start))]
+        return head + tail if head else tail
+
+    def prefetch(self, offset: int) -> None:
+        layout = self.layout()
+        if layout is not None:
+            self.state.prefetch(max(offset - layout.data_offset, 0))
+
+
+def tiff_view(
+    state: ArrayState,
+    writeback: WriteBack | None,
+    conventions: Callable[[], Conventions],
+    coordinates: Callable[[tuple[str, str] | None], Coordinates | None],
+) -> TiffView | None:
+    """``array.tif`` of the array, where TIFF can hold its dtype and it has 2
+    dimensions or more; None elsewhere. ``conventions`` gives what its attributes
+    say, ``coordinates`` the sibling arrays holding its y and x coordinates (named
+    by the conventions, else by its dimension names)."""
+    meta = state.meta
+    if tiff_sample(meta.dtype) is None or len(meta.shape) < 2:
+        return None
+    found = conventions()
+    names = None
+    if found.y_coordinate and found.x_coordinate:
+        names = (found.y_coordinate, found.x_coordinate)
+    view = TiffView(state, writeback, found, coordinates(names))
+    layout = tiff_layout(meta.dtype, meta.shape, bands=view.bands)
+    if isinstance(layout, str) and 0 not in meta.shape:  # (a length 0 may grow)
+        log.info("%s: no %s: %s", meta.display_name, TIFF_NAME, layout)
+        return None
+    return view
