@@ -207,7 +207,7 @@ def test_an_entry_too_large_once_indented_hides_its_node(
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert names == [".zgroup", ".zmetadata", "b"]
+    assert names == [".zgroup", ".zmetadata", "b", "group.nc"]
     said = [r.getMessage() for r in caplog.records if "hiding a" in r.getMessage()]
     assert len(said) == 1 and "16777216 bytes" in said[0], caplog.text
     assert peak < 64 << 20, peak
@@ -264,7 +264,7 @@ def test_array_missing_from_zmetadata_needs_no_consolidated(tmp_path: Path) -> N
     late.mkdir()
     (late / ".zarray").write_text(json.dumps(ZARRAY))
     tree, _ = counting_tree(root)
-    assert sorted(tree.entries(tree.resolve("g0"))) == [".zgroup", "a0", "a1"]  # type: ignore[arg-type]
+    assert sorted(tree.entries(tree.resolve("g0"))) == [".zgroup", "a0", "a1", "group.nc"]  # type: ignore[arg-type]
     plain, store = counting_tree(root, consolidated=False)
     assert "late" in plain.entries(plain.resolve("g0"))  # type: ignore[arg-type]
     assert plain.consolidated is None and store.lists

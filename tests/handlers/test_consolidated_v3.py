@@ -168,7 +168,7 @@ def test_zarr_python_store_is_listed_from_one_key_and_shown_byte_for_byte(tmp_pa
     tree, store = counting_tree(root)
     keys = ["zarr.json", "sub/zarr.json", "sub/arr/zarr.json", "sub/deep/er/zarr.json"]
     assert sorted(walk(tree, tree.root)) == sorted(
-        [*keys, "sub", "sub/arr", "sub/deep", "sub/deep/zarr.json", "sub/deep/er"]
+        [*keys, "sub", "sub/arr", "sub/deep", "sub/deep/zarr.json", "sub/deep/er", "sub/group.nc"]
         + [f"sub/arr/{n}" for n in ("array.hdr", "array.nhdr", "array.npy", "array.raw")]
         + ["sub/arr/array.tif", "sub/arr/info"]
     )
@@ -211,7 +211,7 @@ def test_nodes_missing_from_the_listing_are_not_shown(tmp_path: Path) -> None:
     (root / "g0" / "late").mkdir()
     (root / "g0" / "late" / "zarr.json").write_text(json.dumps(ARRAY))
     tree, _ = counting_tree(root)
-    assert list(tree.entries(tree.resolve("g0"))) == ["a0", "a1", "zarr.json"]  # type: ignore[arg-type]
+    assert list(tree.entries(tree.resolve("g0"))) == ["a0", "a1", "group.nc", "zarr.json"]  # type: ignore[arg-type]
     plain, store = counting_tree(root, consolidated=False)
     assert "late" in plain.entries(plain.resolve("g0"))  # type: ignore[arg-type]
     assert plain.consolidated is None and store.lists
@@ -230,7 +230,7 @@ def test_a_malformed_entry_hides_that_node_with_one_log_line(
     with caplog.at_level(logging.WARNING):
         tree, store = counting_tree(root)
         names = list(tree.entries(tree.resolve("g0")))  # type: ignore[arg-type]
-    assert names == ["a0", "a1", "zarr.json"]
+    assert names == ["a0", "a1", "group.nc", "zarr.json"]
     assert len([r for r in caplog.records if "g0/bad" in r.getMessage()]) == 1
     assert len([r for r in caplog.records if "g0/odd" in r.getMessage()]) == 1
     assert store.gets == Counter({"zarr.json": 1})

@@ -84,7 +84,7 @@ def ops(store: Path) -> Operations:
 
 
 def test_the_control_directory_is_listed_at_the_root(ops: Operations, store: Path) -> None:
-    assert listing(ops, ROOT) == [".zarrfs", ".zattrs", ".zgroup", "a", "b"]
+    assert listing(ops, ROOT) == [".zarrfs", ".zattrs", ".zgroup", "a", "b", "group.nc"]
     control = lookup(ops, ".zarrfs")
     assert control.st_mode & 0o170777 == 0o040555
     assert listing(ops, control.st_ino) == ["flush", "refresh", "stats"]
@@ -100,7 +100,7 @@ def test_the_control_directory_is_listed_at_the_root(ops: Operations, store: Pat
     # Only mounts show it: a tree built for a tool (zarrfs tree, tests) does not.
     directory = DirectoryStore(str(store))
     tree = Tree(directory, ChunkCache(directory, 1 << 20))
-    assert list(tree.entries(tree.root)) == [".zattrs", ".zgroup", "a", "b"]
+    assert list(tree.entries(tree.root)) == [".zattrs", ".zgroup", "a", "b", "group.nc"]
 
 
 def test_stats_is_json_with_every_counter(ops: Operations, store: Path) -> None:
@@ -279,7 +279,7 @@ def test_a_store_node_named_like_the_control_directory_is_hidden(
     create(root / ".zarrfs" / "x", values(3))
     ops = build_operations(str(root), MountOptions(read_only=True))
     with caplog.at_level(logging.WARNING):
-        assert listing(ops, ROOT) == [".zarrfs", ".zattrs", ".zgroup", "a", "b"]
+        assert listing(ops, ROOT) == [".zarrfs", ".zattrs", ".zgroup", "a", "b", "group.nc"]
     lines = [r for r in caplog.records if ".zarrfs" in r.getMessage()]
     assert len(lines) == 1 and "hiding" in lines[0].getMessage()
     assert listing(ops, lookup(ops, ".zarrfs").st_ino) == ["flush", "refresh", "stats"]

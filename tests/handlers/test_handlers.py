@@ -96,7 +96,15 @@ def test_readdir_sorted_and_resumable(ops: Operations, monkeypatch: pytest.Monke
     budget["left"] = 100
     run(ops.readdir, fh, replies[-1][1], None)
     names = [n for n, _ in replies]
-    assert names == [".zattrs", ".zgroup", "mask", "scalar", "station_names", "temperature"]
+    assert names == [
+        ".zattrs",
+        ".zgroup",
+        "group.nc",
+        "mask",
+        "scalar",
+        "station_names",
+        "temperature",
+    ]
     run(ops.releasedir, fh)
 
 

@@ -45,7 +45,7 @@ def test_v2_group_holding_v1_and_pre_v1_arrays(tmp_path: Path, corpus: Path) -> 
     shutil.copytree(generated / "v0-zarr-0.4.0" / "i4_2d_lz4_shuffle", tmp_path / "old0")
     v2_array(tmp_path / "new", [3], [2])
     tree = make_tree(tmp_path)
-    assert list(tree.entries(tree.root)) == [".zgroup", "new", "old0", "old1"]
+    assert list(tree.entries(tree.root)) == [".zgroup", "group.nc", "new", "old0", "old1"]
     expected = np.arange(120, dtype="<i4").reshape(10, 12).tobytes()
     assert read_all(tree, "old0/array.raw") == expected
     assert read_all(tree, "old1/array.raw") == expected

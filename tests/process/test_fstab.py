@@ -427,7 +427,7 @@ def test_own_fuse_and_generic_options_of_an_fstab_line(
         assert {"ro", "nosuid", "nodev", "noexec", "noatime"} <= entry.options, entry
         assert "allow_other" in entry.super_options, entry
         # no_consolidated: "b", which .zmetadata does not list, is shown
-        assert listing(mnt) == [".zattrs", ".zgroup", ".zmetadata", "a", "b"]
+        assert listing(mnt) == [".zattrs", ".zgroup", ".zmetadata", "a", "b", "group.nc"]
         assert np.frombuffer((mnt / "a/array.raw").read_bytes(), "<i4").tolist() == [1, 2, 3, 4]
     # log_file and log_level=error: the file was used, and the info lines left out
     assert log.exists() and "mounted" not in log.read_text()

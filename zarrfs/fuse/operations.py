@@ -494,7 +494,12 @@ class Operations(pyfuse3.Operations):
         if parent is None or not self.mounted:
             return []
         targets = []
-        for sibling in self.tree.entries(parent).values():
+        files = list(self.tree.entries(parent).values())
+        group = parent.parent
+        if not data and group is not None and self.tree.listed(group):
+            # A group's files made from its arrays (group.nc) change size with them.
+            files += [n for n in self.tree.entries(group).values() if isinstance(n, FileNode)]
+        for sibling in files:
             if not isinstance(sibling, FileNode):
                 continue
             view = sibling.view

@@ -22,11 +22,13 @@ from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.formats.conventions import Axis, Surroundings, conventions_of
 from zarrfs.formats.model import ArrayMeta, GroupMeta
+from zarrfs.formats.netcdf import has_netcdf_type
 from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
 from zarrfs.stores.base import Store
 from zarrfs.views.base import DocumentView, View
 from zarrfs.views.control import CONTROL_NAME
 from zarrfs.views.info import INFO_NAME, InfoView
+from zarrfs.views.netcdf import NC_NAME, NetcdfView
 from zarrfs.views.npy import NpyView
 from zarrfs.views.nrrd import VOLUMES_DIR, nrrd_views, volume_views
 from zarrfs.views.raw import RawView
@@ -167,6 +169,36 @@ def surroundings(node: DirNode) -> Surroundings:
         return state.meta if state is not None else None
 
     return Surroundings(node.name, sibling, group_attrs)
+
+
+def add_group_file(node: DirNode, entries: dict[str, Node]) -> None:
+    """``group.nc`` (views/netcdf.py) among a listed group's ``entries``, where a
+    child array has a netCDF type; never over a store member of that name."""
+    children = node.children or {}
+    names = tuple(
+        name
+        for name, child in children.items()
+        if isinstance(child.meta, ArrayMeta) and has_netcdf_type(child.meta)
+    )
+    if not names:
+        return
+    if NC_NAME in entries:
+        log.info("%s: its member %s is shown, not the netCDF view", node.path or "/", NC_NAME)
+        return
+
+    def arrays() -> list[tuple[str, ArrayState]]:
+        # Asked on each use: a node listed from consolidated metadata may be loaded
+        # again (namespace/recent.py), with a new state.
+        found = []
+        for name in names:
+            child = (node.children or {}).get(name)
+            state = child.state if child is not None else None
+            if state is not None:
+                found.append((name, state))
+        return found
+
+    view = NetcdfView(node.path, arrays, lambda: node.meta.attrs)
+    entries[NC_NAME] = FileNode(NC_NAME, view, node.mtime, node)
 
 
 # -- the control directory ------------------------------------------------------------

@@ -46,6 +46,7 @@ from zarrfs.namespace.keys import ChunkKeys
 from zarrfs.namespace.listing import (
     DirListing,
     add_control,
+    add_group_file,
     array_entries,
     control_directory,
     document_entries,
@@ -447,6 +448,7 @@ class Tree:
                     else:
                         entries = document_entries(node, loaded)
                         entries.update(self._children(node, entries))
+                        add_group_file(node, entries)
                     if node is self.root and self.control is not None:
                         add_control(entries, self.control)
                     set_entries(loaded, entries)

@@ -236,7 +236,7 @@ def test_broken_array_metadata_hides_only_that_array(
 ) -> None:
     store, references = fault_store
     names = os.listdir(fault_mount / "broken")
-    assert names == [".zattrs", ".zgroup", "attrs_broken", "good", "sub"]
+    assert names == [".zattrs", ".zgroup", "attrs_broken", "good", "group.nc", "sub"]
     for path in HIDDEN:
         with pytest.raises(FileNotFoundError):
             os.stat(fault_mount / path)

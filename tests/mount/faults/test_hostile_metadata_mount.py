@@ -61,6 +61,7 @@ def test_a_mount_of_hostile_metadata_keeps_serving(hostile_store: Path) -> None:
             ".zmetadata",
             "deep_zattrs",
             "good",
+            "group.nc",
             "huge_void",
             "subarray",
         ]

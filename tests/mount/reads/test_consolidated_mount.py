@@ -27,7 +27,7 @@ def test_mount_lists_from_zmetadata_and_no_consolidated_lists_the_store(tmp_path
             ["ls", "-R", str(m.path)], capture_output=True, text=True, check=True
         ).stdout
         assert "a2" in listing and "late" not in listing
-        assert sorted(os.listdir(m / "g1")) == [".zgroup", "a0", "a1", "a2"]
+        assert sorted(os.listdir(m / "g1")) == [".zgroup", "a0", "a1", "a2", "group.nc"]
     with mounted(root, "--read-only", "--no-consolidated") as m:
         assert "late" in os.listdir(m / "g1")
 
@@ -67,7 +67,7 @@ def test_mount_lists_from_the_root_zarr_json(tmp_path: Path) -> None:
             ["ls", "-R", str(m.path)], capture_output=True, text=True, check=True
         ).stdout
         assert "a2" in listing and "late" not in listing
-        assert sorted(os.listdir(m / "g1")) == ["a0", "a1", "a2", "zarr.json"]
+        assert sorted(os.listdir(m / "g1")) == ["a0", "a1", "a2", "group.nc", "zarr.json"]
         assert (m / "zarr.json").read_bytes() == (root / "zarr.json").read_bytes()
         assert os.stat(m / "g1" / "a0" / "array.raw").st_size == 16
     with mounted(root, "--read-only", "--no-consolidated", log_dir=tmp_path) as m:

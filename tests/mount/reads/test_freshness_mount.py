@@ -97,7 +97,7 @@ def test_refresh_makes_everything_current_now(tmp_path: Path) -> None:
     with mounted(root, "--read-only", "--metadata-ttl", "600") as m:
         raw = m / "a" / "array.raw"
         assert _raw(raw) == arr[:].tobytes()
-        assert sorted(os.listdir(m.path)) == [".zarrfs", ".zattrs", ".zgroup", "a"]
+        assert sorted(os.listdir(m.path)) == [".zarrfs", ".zattrs", ".zgroup", "a", "group.nc"]
         arr.resize((5, 3))
         arr[:] = 5
         _array(root, "b", 2)
@@ -105,7 +105,7 @@ def test_refresh_makes_everything_current_now(tmp_path: Path) -> None:
         assert _raw(m / ".zarrfs" / "refresh") == b""
         assert _raw(raw) == arr[:].tobytes()
         assert os.stat(raw).st_size == 5 * 3 * 4
-        assert sorted(os.listdir(m.path)) == [".zarrfs", ".zattrs", ".zgroup", "a", "b"]
+        assert sorted(os.listdir(m.path)) == [".zarrfs", ".zattrs", ".zgroup", "a", "b", "group.nc"]
         assert _raw(m / "b" / "array.raw") == np.arange(12, dtype="<i4").tobytes()
 
 
@@ -126,13 +126,13 @@ def test_arrays_added_and_removed_by_another_program(tmp_path: Path) -> None:
     _array(root, "a", 3)
     _array(root, "b", 3)
     with mounted(root, "--read-only", "--metadata-ttl", str(TTL)) as m:
-        assert sorted(os.listdir(m.path)) == [".zarrfs", "a", "b", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == [".zarrfs", "a", "b", "group.nc", "zarr.json"]
         assert _raw(m / "b" / "array.raw")
         shutil.rmtree(root / "b")
         _array(root, "c", 3, rows=2)
         group.attrs["title"] = "changed"
         time.sleep(TTL * 1.5)
-        assert sorted(os.listdir(m.path)) == [".zarrfs", "a", "c", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == [".zarrfs", "a", "c", "group.nc", "zarr.json"]
         assert not (m / "b").exists()
         assert _raw(m / "c" / "array.raw") == np.arange(6, dtype="<i4").tobytes()
         assert b"changed" in _raw(m / "zarr.json")

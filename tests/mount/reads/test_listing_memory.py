@@ -79,8 +79,9 @@ def test_a_hundred_thousand_arrays_are_listed_and_stated_in_bounded_memory(
         peak = peak_rss(m.process)
     sizes = dict(reversed(line.split(" ", 1)) for line in found.splitlines() if " " in line)
     assert sum(p.endswith("/array.raw") for p in sizes) == ARRAYS
+    # Each group: itself, its .zgroup and group.nc, then its arrays' entries.
     assert len([p for p in sizes if p.startswith("g")]) == GROUPS * (
-        2 + PER_ARRAY * ARRAYS_PER_GROUP
+        3 + PER_ARRAY * ARRAYS_PER_GROUP
     )
     assert sizes["g7/a123/array.raw"] == str((100 + 123) * 4)
     assert shown == zarray(100 + ARRAYS_PER_GROUP - 1)

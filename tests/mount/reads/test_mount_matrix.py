@@ -463,6 +463,13 @@ class Matrix:
         return np.ascontiguousarray(self.references[path]).tobytes()
 
 
+def netcdf_numeric(dtype: np.dtype) -> bool:
+    """Whether netCDF classic has a type for ``dtype``: integers and float32/64."""
+    if dtype.fields is not None or dtype.subdtype is not None:
+        return False
+    return (dtype.kind in "iu" and dtype.itemsize in (1, 2, 4, 8)) or dtype.str[1:] in ("f4", "f8")
+
+
 def build_store(root: Path) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
     rng = np.random.default_rng(20240601)
     group = zarr.open_group(str(root), mode="w", zarr_format=2)
@@ -505,6 +512,13 @@ def build_store(root: Path) -> tuple[dict[str, np.ndarray], dict[str, list[str]]
             for p in nodes + sorted(group_paths)
             if p.startswith(prefix) and p != g
         }
+        # group.nc (views/netcdf.py) where a child array has a netCDF classic type.
+        if any(
+            f"{prefix}{child}" in ARRAY_PATHS
+            and netcdf_numeric(references[f"{prefix}{child}"].dtype)
+            for child in children
+        ):
+            children.add("group.nc")
         groups[g] = sorted(docs + sorted(children))
     return references, groups
 

@@ -28,7 +28,8 @@ def test_a_zip_archive_mounts_read_only(tmp_path: Path) -> None:
     archive = tmp_path / "data.zip"
     arrays = make_zip(archive)
     with mounted(archive) as m:
-        assert sorted(os.listdir(m.path)) == [".zarrfs", "plain", "sharded", "zarr.json"]
+        names = [".zarrfs", "group.nc", "plain", "sharded", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == names
         for name, data in arrays.items():
             assert (m.path / name / "array.raw").read_bytes() == data.tobytes()
             loaded = np.load(m.path / name / "array.npy", mmap_mode="r")

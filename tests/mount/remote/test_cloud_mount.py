@@ -58,7 +58,8 @@ def test_mount_read_write_and_read_back(cloud: Cloud, tmp_path: Path) -> None:
     plain, sharded = PLAIN + 0.5, SHARDED.copy()
     sharded[40, 5] = 7
     with mounted(url) as m:
-        assert sorted(os.listdir(m.path)) == [".zarrfs", "plain", "sharded", "zarr.json"]
+        names = [".zarrfs", "group.nc", "plain", "sharded", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == names
         assert cloud.get(f"s.zarr/{LEASE_KEY}") is not None  # held while mounted read-write
         assert (m.path / "plain" / "array.raw").read_bytes() == by_zarr["plain"][...].tobytes()
         assert (m.path / "sharded" / "array.raw").read_bytes() == SHARDED.tobytes()

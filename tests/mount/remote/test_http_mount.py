@@ -25,7 +25,8 @@ from tests.support.stores import PLAIN_BYTES, plain_and_sharded
 def test_a_consolidated_store_over_http(http_server: HttpServer) -> None:
     arrays = plain_and_sharded(http_server.root / "s.zarr", consolidate=True)
     with mounted(f"{http_server.url}/s.zarr") as m:
-        assert sorted(os.listdir(m.path)) == [".zarrfs", "plain", "sharded", "zarr.json"]
+        names = [".zarrfs", "group.nc", "plain", "sharded", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == names
         for name, data in arrays.items():
             assert (m.path / name / "array.raw").read_bytes() == data.tobytes()
         with pytest.raises(OSError):

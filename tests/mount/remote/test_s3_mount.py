@@ -58,7 +58,8 @@ def test_read_and_write_a_bucket(s3_bucket: Bucket, tmp_path: Path, consolidate:
     upload(s3_bucket, tmp_path / "local", "s.zarr")
     plain, sharded = PLAIN.copy(), SHARDED.copy()
     with mounted(f"s3://{s3_bucket.name}/s.zarr") as m:
-        assert sorted(os.listdir(m.path)) == [".zarrfs", "plain", "sharded", "zarr.json"]
+        names = [".zarrfs", "group.nc", "plain", "sharded", "zarr.json"]
+        assert sorted(os.listdir(m.path)) == names
         assert (m.path / "plain" / "array.raw").read_bytes() == PLAIN.tobytes()
         assert (m.path / "sharded" / "array.raw").read_bytes() == SHARDED.tobytes()
         fd = os.open(m.path / "sharded" / "array.raw", os.O_RDWR)
