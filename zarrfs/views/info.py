@@ -43,9 +43,11 @@ from zarrfs.formats.metadata.describe import (
     written_type,
 )
 from zarrfs.formats.model import ArrayMeta
+from zarrfs.formats.netcdf.group import why_no_variable
 from zarrfs.formats.sidecars import envi_data_type
 from zarrfs.stores.base import Store
 from zarrfs.views.base import View
+from zarrfs.views.netcdf import NC_NAME
 from zarrfs.views.nrrd import NHDR_NAME
 from zarrfs.views.sidecars import HDR_NAME
 from zarrfs.views.tiff import TIFF_NAME, tiff_reason
@@ -189,7 +191,11 @@ def view_rows(meta: ArrayMeta, conventions: Conventions | None) -> list[tuple[st
     if outer and nrrd.nrrd_type(dtype) and nrrd.why_no_volumes(axes, meta.shape) is None:
         names.append(f"{nrrd.VOLUMES_DIR}/")
     rows = [("Views", ", ".join(names))]
-    return rows + [(f"No {name}", why) for name, why in missing.items() if why is not None]
+    rows += [(f"No {name}", why) for name, why in missing.items() if why is not None]
+    # A group's file is its group's: an array whose elements or shape it cannot hold
+    # is left out of it, whatever the other arrays are.
+    outside = why_no_variable(meta)
+    return rows if outside is None else [*rows, (f"Not in {NC_NAME}", outside)]
 
 
 def info_text(

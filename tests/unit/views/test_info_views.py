@@ -34,6 +34,7 @@ def test_why_a_view_is_missing() -> None:
         "No array.hdr": "ENVI has no data type for |b1",
         "No array.nhdr": "NRRD has no type for |b1",
         "No array.tif": "TIFF has no sample type for |b1",
+        "Not in group.nc": "data type |b1 has no netCDF classic type",
     }
     assert rows([3, 4], "|i1")["No array.hdr"] == "ENVI has no data type for |i1"
     assert rows([3, 4], "<c8")["No array.nhdr"] == "NRRD has no type for <c8"
@@ -64,3 +65,9 @@ def test_info_shows_the_rows() -> None:
 def test_no_views_without_fixed_size_elements() -> None:
     meta = meta_of("a", v2_zarray([3], [3], "|O", filters=[{"id": "vlen-utf8"}]))
     assert view_rows(meta, None) == [("Views", "none: dtype object has no fixed element size")]
+
+
+def test_an_array_its_group_file_cannot_hold_says_so() -> None:
+    assert rows([3, 4], "<f2")["Not in group.nc"] == "data type <f2 has no netCDF classic type"
+    assert rows([0, 4], "<f4")["Not in group.nc"] == "an axis of length 0 (netCDF's unlimited one)"
+    assert "Not in group.nc" not in rows([3, 4], "<u8")  # CDF-5 holds it

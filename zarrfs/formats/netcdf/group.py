@@ -126,6 +126,17 @@ def netcdf_type(meta: ArrayMeta) -> int | str:
     return found
 
 
+def why_no_variable(meta: ArrayMeta) -> str | None:
+    """Why the array can be no variable of its group's file whatever its siblings
+    are (its type, an axis of length 0), or None."""
+    found = netcdf_type(meta)
+    if isinstance(found, str):
+        return found
+    if 0 in meta.shape:
+        return "an axis of length 0 (netCDF's unlimited one)"
+    return None
+
+
 def has_netcdf_type(meta: ArrayMeta) -> bool:
     return isinstance(netcdf_type(meta), int)
 
@@ -202,10 +213,9 @@ def _candidates(members: Sequence[Member]) -> tuple[list[_Candidate], list[tuple
         meta = member.meta
         found = netcdf_type(meta)
         name = valid_name(member.name)
-        if isinstance(found, str):
-            left_out.append((member.name, found))
-        elif 0 in meta.shape:
-            left_out.append((member.name, "an axis of length 0 (netCDF's unlimited one)"))
+        why = why_no_variable(meta)
+        if why is not None or isinstance(found, str):
+            left_out.append((member.name, why or str(found)))
         elif name is None or name in names:
             left_out.append((member.name, "no netCDF name of its own"))
         elif len(chosen) >= MAX_VARIABLES:
