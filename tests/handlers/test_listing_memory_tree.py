@@ -234,3 +234,28 @@ def test_what_a_node_had_to_say_is_logged_once(
             run(walk, ops, ROOT)
     said = [r.getMessage() for r in caplog.records if "also holds" in r.getMessage()]
     assert said == ["g0/a1 also holds .zgroup; showing it as .zarray"]
+
+
+def test_a_group_of_more_arrays_than_kept_loaded_is_listed_in_linear_work(
+    tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ls -R`` of a group of 200 arrays when the tree keeps 8 loaded: each array is
+    loaded a bounded number of times (listing the group again, once let go, does not
+    load every array again to decide on its group.nc)."""
+    root = tmp_path / "s.zarr"
+    arrays = 200
+    write_one_line(root, groups=1, arrays=arrays)
+    loads = 0
+    make_loaded = Tree._make_loaded
+
+    def counted(self: Tree, *args: Any) -> Any:
+        nonlocal loads
+        loads += 1
+        return make_loaded(self, *args)
+
+    monkeypatch.setattr(Tree, "_make_loaded", counted)
+    ops = build_operations(str(root), MountOptions(read_only=True))
+    seen = run(walk, ops, ROOT)
+    assert sum(p.endswith("/array.raw") for p in seen) == arrays
+    assert "g0/group.nc" in seen
+    assert loads <= 10 * arrays, loads  # (each array: its listing, lookups, views)

@@ -174,12 +174,17 @@ def surroundings(node: DirNode) -> Surroundings:
 def add_group_file(node: DirNode, entries: dict[str, Node]) -> None:
     """``group.nc`` (views/netcdf.py) among a listed group's ``entries``, where a
     child array has a netCDF type; never over a store member of that name."""
-    children = node.children or {}
-    names = tuple(
-        name
-        for name, child in children.items()
-        if isinstance(child.meta, ArrayMeta) and has_netcdf_type(child.meta)
-    )
+    names = node.netcdf_arrays
+    if names is None:
+        # Once per group: a group of more arrays than the tree keeps loaded would
+        # otherwise load them all again each time it is listed again.
+        children = node.children or {}
+        names = tuple(
+            name
+            for name, child in children.items()
+            if isinstance(child.meta, ArrayMeta) and has_netcdf_type(child.meta)
+        )
+        node.netcdf_arrays = names
     if not names:
         return
     if NC_NAME in entries:

@@ -72,6 +72,7 @@ class DirNode:
         "loaded",
         "mtime",
         "name",
+        "netcdf_arrays",
         "parent",
     )
 
@@ -90,6 +91,9 @@ class DirNode:
         self.children: dict[str, DirNode] | None = None  # a group's, once listed
         # An array's header coordinates, settled when first listed (namespace/listing.py).
         self.coordinates: object = None
+        # A group's children that are variables of its group.nc, settled when first
+        # listed: listing it again (once let go) parses none of them again.
+        self.netcdf_arrays: tuple[str, ...] | None = None
 
     def __repr__(self) -> str:
         return f"DirNode({self.path or '/'!r})"

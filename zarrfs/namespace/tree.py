@@ -357,6 +357,9 @@ class Tree:
         new = self._make_loaded(path, meta, documents)
         node.mtime = self._mtime(path, documents) if not self.store.remote else time.time()
         node.coordinates = None
+        node.netcdf_arrays = None
+        if node.parent is not None:
+            node.parent.netcdf_arrays = None  # (its dtype may have changed)
         if self.consolidated is None or not path:
             node.loaded = new
         else:
@@ -387,6 +390,7 @@ class Tree:
         log.info("%s: its children changed in the store", node.path or "/")
         old_names = tuple(loaded.entries) if loaded.entries is not None else ()
         node.children = children
+        node.netcdf_arrays = None
         loaded.entries = None
         loaded.names = None
         self._listed(node)
