@@ -76,9 +76,14 @@ class ChunkWriter:
         streaming = offset == self._write_end and self._notices is not None
         self._write_end = offset + len(data)
         itemsize = meta.itemsize
+        head, end = plan.byte_offset, plan.byte_offset + plan.nbytes
+        if not head and end == plan.n_elements * itemsize:
+            # Whole elements: scattered from the request itself, with no copy first.
+            whole = np.frombuffer(data, live.void, count=plan.n_elements)
+            self._scatter(plan, whole, streaming=streaming)
+            return True
         buf = np.empty(plan.n_elements, dtype=live.void)
         raw = buf.view(np.uint8)
-        head, end = plan.byte_offset, plan.byte_offset + plan.nbytes
         if head or end != len(raw):
             # Partial elements at the edges keep their other bytes. Their chunks are
             # made dirty and complete first (that awaits); the edge elements are then
