@@ -6,7 +6,8 @@ inner chunks, blosc-lz4).
   >= 1.5x; tensorstore's read printed beside it, no target);
 - rewrite: ``dd conv=notrunc,fsync`` into array.raw vs zarr-python ``z[:] = data``
   (target >= 1.0x), the rewritten stores read back whole by zarr-python and
-  tensorstore.
+  tensorstore; beside it, as in write-seq, each side's CPU per MiB and the FUSE
+  ceiling (bench/writefs.py taking the same dd).
 
 A part that fails (zarrfs shows no array.raw for the array, say) is an error of the
 section; the figures of the others are still reported.
@@ -14,9 +15,7 @@ section; the figures of the others are still reported.
 
 from __future__ import annotations
 
-import os
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,7 @@ from bench.data import (
 from bench.mounting import Mounted, dd
 from bench.reads import tensorstore_read, zarr_read
 from bench.results import BenchError, Result, reference, versus
+from bench.writes import print_bounds, write_ceiling, zarr_python_rewrite, zarrfs_rewrite
 
 SHARDED_COLUMNS = 8192  # a row is 32 KiB of float32
 SHARDED_MAX_MB = 256  # 8192 x 8192
@@ -137,37 +137,29 @@ def sharded_write(b: Bench, data: np.ndarray, failures: list[str]) -> list[Resul
     del initial
     source = b.work / "sharded-source.raw"
     data.tofile(source)
-    fs_rate = None
+    zarrfs = None
     try:
         with b.mount(fs_store) as m:
-            raw = sharded_raw(m, "sharded rewrite")
-            os.sync()  # nothing dirty in the page cache, untimed (as write-seq)
-            fs_rate = mb / dd(m, source, raw, "conv=notrunc,fsync")
+            sharded_raw(m, "sharded rewrite")
+            zarrfs = zarrfs_rewrite(m, source)
         check_sharded_store(fs_store, data, "zarrfs sharded rewrite")
+        ceiling = write_ceiling(b, source)
     except (BenchError, OSError) as e:
         failures.append(f"zarrfs rewrite: {e}")
+        zarrfs = None
     finally:
         source.unlink()
         shutil.rmtree(fs_store)
-    z = zarr.open_array(str(zp_store / "arr"), mode="r+")
-    os.sync()
-    start = time.perf_counter()
-    z[:] = data
-    zp_rate = mb / (time.perf_counter() - start)
-    start = time.perf_counter()
-    os.sync()
-    synced = time.perf_counter() - start
-    fs_text = f"{fs_rate:.1f} MiB/s" if fs_rate is not None else "failed"
-    print(
-        f"  rewrite: zarrfs dd {fs_text}; zarr-python z[:] = data {zp_rate:.1f} MiB/s "
-        f"(then os.sync() {synced:.2f} s, untimed)"
-    )
+    zp = zarr_python_rewrite(zp_store, data, "rewrite")
     try:
         check_sharded_store(zp_store, data, "zarr-python sharded rewrite")
     finally:
         shutil.rmtree(zp_store)
-    if fs_rate is None:
+    if zarrfs is None:
+        print(f"  rewrite: zarrfs failed; zarr-python z[:] = data {mb / zp[0]:.1f} MiB/s")
         return []
+    print_bounds("rewrite", mb, zarrfs, zp, ceiling)
+    fs_rate, zp_rate = mb / zarrfs[0], mb / zp[0]
     return [versus("sharded write-seq", fs_rate, zp_rate, "MiB/s", TARGETS["write"])]
 
 

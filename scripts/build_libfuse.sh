@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build a private libfuse 3.17.2 with one patch, and pyfuse3 against it, into a virtualenv.
+# Build a private libfuse 3.17.2 with one patch, and pyfuse3 (with one patch) against it,
+# into a virtualenv.
 #
 # Usage: scripts/build_libfuse.sh [--check] [VENV]      (VENV: default <repo>/.venv)
 #
@@ -10,6 +11,11 @@
 # libfuse 3.14 cannot negotiate it, libfuse 3.17 can but leaves it off, and pyfuse3
 # never turns it on. scripts/libfuse-direct-io-allow-mmap.patch makes it one of
 # libfuse's defaults (set only when the kernel offers it).
+#
+# pyfuse3 holds the GIL while libfuse copies each request in (a write's 1 MiB, twice)
+# and each read's reply out, so zarrfs's decode and encode threads wait meanwhile:
+# scripts/pyfuse3-release-gil.patch releases it around those three C calls (the C
+# source is generated again from the patched Cython by the build).
 #
 # The library is private so that nothing on the system changes: it goes into
 # VENV/libfuse (soname libfuse3.so.4, next to the system's libfuse3.so.3), without
@@ -23,7 +29,8 @@
 # removing the venv removes all of it.
 #
 # Safe to run again: when VENV/libfuse was built from these sources and this patch
-# (its stamp says so) and the venv's pyfuse3 links it, nothing is done. Never falls
+# (its stamp says so) and the venv's pyfuse3 was built with its patch (its own stamp,
+# which names the extension's SHA-256) and links it, nothing is done. Never falls
 # back to the system's libfuse: any failure stops the script with an error.
 # --check: only say whether that is so (exit status 0 when it is, 1 when not).
 # Needs: gcc, libc6-dev, meson, ninja-build, pkg-config, patch, xz-utils, python3-dev,
@@ -46,6 +53,7 @@ PYTHON="$VENV/bin/python"
 PREFIX="$VENV/libfuse"
 SRC_DIR="$VENV/libfuse-src"
 PATCH="$REPO_ROOT/scripts/libfuse-direct-io-allow-mmap.patch"
+PYFUSE3_PATCH="$REPO_ROOT/scripts/pyfuse3-release-gil.patch"
 
 FUSE_VERSION=3.17.2
 FUSE_DEBIAN_REVISION=3
@@ -65,7 +73,10 @@ MESON_OPTIONS=(--prefix="$PREFIX" --libdir=lib --buildtype=release -Dutils=false
     -Dudevrulesdir="$PREFIX/lib/udev/rules.d")
 STAMP="$PREFIX/zarrfs-build.stamp"
 [ -f "$PATCH" ] || die "$PATCH is missing"
+[ -f "$PYFUSE3_PATCH" ] || die "$PYFUSE3_PATCH is missing"
 PATCH_SHA256="$(sha256sum "$PATCH" | cut -d' ' -f1)"
+PYFUSE3_PATCH_SHA256="$(sha256sum "$PYFUSE3_PATCH" | cut -d' ' -f1)"
+PYFUSE3_STAMP="$PREFIX/zarrfs-pyfuse3.stamp"
 STAMP_TEXT="libfuse $FUSE_VERSION-$FUSE_DEBIAN_REVISION $FUSE_ORIG_SHA256 $FUSE_DEBIAN_SHA256
 patch $PATCH_SHA256
 meson ${MESON_OPTIONS[*]}"
@@ -82,7 +93,14 @@ pyfuse3_extension() {
     "$PYTHON" -c 'import importlib.util as u; s = u.find_spec("pyfuse3"); print(s.origin if s else "")'
 }
 
-# Why the venv's pyfuse3 is not ours linked to PREFIX (nothing when it is).
+# What the pyfuse3 stamp says of a build with this patch: the extension's checksum
+# too, so that a pyfuse3 installed over it by other means is not taken for ours.
+pyfuse3_stamp_text() {
+    printf 'pyfuse3 %s %s\npatch %s\nextension %s\n' "$PYFUSE3_VERSION" "$PYFUSE3_SHA256" \
+        "$PYFUSE3_PATCH_SHA256" "$(sha256sum "$1" | cut -d' ' -f1)"
+}
+
+# Why the venv's pyfuse3 is not ours, patched and linked to PREFIX (nothing when it is).
 pyfuse3_problem() {
     local version extension linked
     version="$("$PYTHON" -c 'from importlib.metadata import version; print(version("pyfuse3"))' \
@@ -96,6 +114,11 @@ pyfuse3_problem() {
         echo "pyfuse3 has no extension module"
         return
     fi
+    if [ ! -f "$PYFUSE3_STAMP" ] \
+        || [ "$(cat "$PYFUSE3_STAMP")" != "$(pyfuse3_stamp_text "$extension")" ]; then
+        echo "the venv's pyfuse3 was not built here with $(basename "$PYFUSE3_PATCH")"
+        return
+    fi
     # ldd's output is read whole: grep -q on a pipe can kill ldd with SIGPIPE (pipefail).
     linked="$(ldd "$extension" 2>&1 || true)"
     if ! grep -q "libfuse3\.so\.4 => $PREFIX/lib/libfuse3\.so\.4 " <<<"$linked"; then
@@ -107,7 +130,7 @@ pyfuse3_problem() {
 }
 
 if libfuse_is_built && [ -z "$(pyfuse3_problem)" ]; then
-    say "libfuse $FUSE_VERSION (with $(basename "$PATCH")) already in $PREFIX; pyfuse3 $PYFUSE3_VERSION links it"
+    say "libfuse $FUSE_VERSION (with $(basename "$PATCH")) already in $PREFIX; pyfuse3 $PYFUSE3_VERSION (with $(basename "$PYFUSE3_PATCH")) links it"
     exit 0
 fi
 if [ "$CHECK_ONLY" = 1 ]; then
@@ -206,13 +229,27 @@ fi
 if [ -z "$(pyfuse3_problem)" ]; then
     say "pyfuse3 $PYFUSE3_VERSION already links $PREFIX/lib/libfuse3.so.4"
 else
-    say "compiling pyfuse3 $PYFUSE3_VERSION against $PREFIX into $VENV"
-    mkdir -p "$SRC_DIR/tmp"
+    say "compiling pyfuse3 $PYFUSE3_VERSION with $(basename "$PYFUSE3_PATCH") against $PREFIX into $VENV"
+    rm -f "$PYFUSE3_STAMP"
+    PYFUSE3_WORK="$SRC_DIR/pyfuse3-work"
+    rm -rf "$PYFUSE3_WORK"
+    mkdir -p "$PYFUSE3_WORK" "$SRC_DIR/tmp"
+    tar -xzf "$PYFUSE3_SDIST" -C "$PYFUSE3_WORK"
+    PYFUSE3_SOURCE="$PYFUSE3_WORK/pyfuse3-$PYFUSE3_VERSION"
+    [ -d "$PYFUSE3_SOURCE" ] || die "$PYFUSE3_SDIST has no pyfuse3-$PYFUSE3_VERSION directory"
+    logged patch -d "$PYFUSE3_SOURCE" -p1 --forward --fuzz=0 -i "$PYFUSE3_PATCH"
+    # The sdist ships the C source Cython made from the unpatched code: made anew.
+    rm -f "$PYFUSE3_SOURCE/src/pyfuse3/__init__.c"
     PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" LDFLAGS="-Wl,-rpath,$PREFIX/lib" \
-        TMPDIR="$SRC_DIR/tmp" logged "$PYTHON" -m pip install --disable-pip-version-check \
-        --no-cache-dir --force-reinstall --no-deps --no-binary pyfuse3 "$PYFUSE3_SDIST"
-    rm -rf "$SRC_DIR/tmp"
+        SETUPTOOLS_SCM_PRETEND_VERSION="$PYFUSE3_VERSION" TMPDIR="$SRC_DIR/tmp" \
+        logged "$PYTHON" -m pip install --disable-pip-version-check \
+        --no-cache-dir --force-reinstall --no-deps "$PYFUSE3_SOURCE"
+    rm -rf "$SRC_DIR/tmp" "$PYFUSE3_WORK"
+    extension="$(pyfuse3_extension)"
+    [ -n "$extension" ] && [ -f "$extension" ] || die "pyfuse3 installed no extension module"
+    grep -q 'fuse_session_receive_buf' "$extension" || die "$extension is no pyfuse3 build"
+    pyfuse3_stamp_text "$extension" >"$PYFUSE3_STAMP"
 fi
 problem="$(pyfuse3_problem)"
 [ -z "$problem" ] || die "$problem"
-say "pyfuse3 $PYFUSE3_VERSION in $VENV links libfuse $FUSE_VERSION from $PREFIX/lib"
+say "pyfuse3 $PYFUSE3_VERSION (with $(basename "$PYFUSE3_PATCH")) in $VENV links libfuse $FUSE_VERSION from $PREFIX/lib"

@@ -16,7 +16,6 @@ this daemon).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import mmap
@@ -28,7 +27,10 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # The process's own symbols, libc's among them: ctypes.util.find_library would run
+    # ldconfig in a child, which inherits the probe's fd of this very mount and, on
+    # closing it, waits for this daemon to answer its FLUSH (a hang under a tracer).
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [
         ctypes.c_void_p,

@@ -471,18 +471,22 @@ class Operations(pyfuse3.Operations):
         for array.npy) before it, but not for longer than SIBLING_WAIT (both files
         being written back at once would otherwise wait for each other).
         """
+        if not self.page_cached:
+            return  # no file holds pages: the common case of a stream of writes
         if not self.direct_maps:
             await self._changed(inode, data=True)
             return
         targets = self._changed_inodes(inode, data=True)
         if inode in targets:
             trio.lowlevel.spawn_system_task(self._drop_pages, inode)
+        siblings = [target for target in targets if target != inode]
+        if not siblings:
+            return
         with trio.move_on_after(SIBLING_WAIT):
-            for target in targets:
-                if target != inode:
-                    await trio.to_thread.run_sync(
-                        kernel.invalidate, target, False, abandon_on_cancel=True
-                    )
+            for target in siblings:
+                await trio.to_thread.run_sync(
+                    kernel.invalidate, target, False, abandon_on_cancel=True
+                )
 
     async def _drop_pages(self, inode: int) -> None:
         await trio.to_thread.run_sync(kernel.invalidate, inode, False)

@@ -76,9 +76,14 @@ class ChunkWriter:
         streaming = offset == self._write_end and self._notices is not None
         self._write_end = offset + len(data)
         itemsize = meta.itemsize
+        head, end = plan.byte_offset, plan.byte_offset + plan.nbytes
+        if not head and end == plan.n_elements * itemsize:
+            # Whole elements: scattered from the request itself, with no copy first.
+            whole = np.frombuffer(data, live.void, count=plan.n_elements)
+            self._scatter(plan, whole, streaming=streaming)
+            return True
         buf = np.empty(plan.n_elements, dtype=live.void)
         raw = buf.view(np.uint8)
-        head, end = plan.byte_offset, plan.byte_offset + plan.nbytes
         if head or end != len(raw):
             # Partial elements at the edges keep their other bytes. Their chunks are
             # made dirty and complete first (that awaits); the edge elements are then
@@ -102,7 +107,8 @@ class ChunkWriter:
     def new_dirty(self, index: Index) -> Dirty:
         """Chunk ``index`` made dirty: from fill value where a shrink left it stale,
         else as the flush holding it has it, else to be merged with the stored one
-        (but for the overhang of an edge chunk, which is fill, never the old bytes)."""
+        (but for the overhang of an edge chunk, which is fill, never the old bytes);
+        a whole chunk the cache holds is copied from it at once."""
         live = self._live
         meta = live.meta
         data = np.empty(meta.chunks, dtype=meta.dtype, order=meta.order)
@@ -114,12 +120,23 @@ class ChunkWriter:
             data[...] = frozen
             mask = None
         else:
-            mask = np.zeros(meta.chunks, dtype=bool, order=meta.order)
             inside = live.in_bounds(index)
-            if not all(s.stop == c for s, c in zip(inside, meta.chunks)):
-                data.view(live.void)[...] = live.fill
-                mask[...] = True
-                mask[inside] = False
+            whole = all(s.stop == c for s, c in zip(inside, meta.chunks))
+            cached, stored = self._cache.ready(meta.path, index) if whole else (False, None)
+            if cached:
+                # The stored chunk is at hand (a hot array): start from it, so later
+                # writes keep no mask and a flush merges nothing.
+                if stored is None:
+                    data.view(live.void)[...] = live.fill
+                else:
+                    data[...] = stored
+                mask = None
+            else:
+                mask = np.zeros(meta.chunks, dtype=bool, order=meta.order)
+                if not whole:
+                    data.view(live.void)[...] = live.fill
+                    mask[...] = True
+                    mask[inside] = False
         dirty = Dirty(data, mask, time.monotonic())
         self._chunks.make_dirty(index, dirty)
         self._cache.forget(meta.path, index)
@@ -256,7 +273,9 @@ class ChunkWriter:
             flat = dirty.mask.reshape(-1)
             itemsize = meta.itemsize
             flat[start // itemsize : stop // itemsize] = True
-            if flat.all():
+            # Rarely complete before both ends are written: they are checked first,
+            # not the whole mask on every small write.
+            if flat[0] and flat[-1] and flat.all():
                 dirty.mask = None
 
     def _adopt(self, index: Index, source: np.ndarray) -> None:
