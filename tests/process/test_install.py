@@ -39,6 +39,7 @@ PROGRAMS = {
     "bash": "bash",
     "gdalinfo": "gdal-bin",  # the sidecar headers' tests read array.raw through GDAL
     "gdal_translate": "gdal-bin",
+    "gdalsrsinfo": "gdal-bin",  # the WKT of an EPSG code, as GDAL gives it: test_geo_headers.py
     "ncdump": "netcdf-bin",  # netCDF-C reads the mount as a Zarr store: test_zarr_readers.py
     "cdo": "cdo",  # reads group.nc: the netCDF view's tests
     "ncks": "nco",  # reads group.nc: the netCDF view's tests
