@@ -16,9 +16,11 @@ so ``stat`` reads no chunk.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
+import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
@@ -27,13 +29,32 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.formats.conventions import Conventions, GeoTransform
 from zarrfs.formats.sidecars import MAP_INFO_SECONDS
 from zarrfs.formats.tiff import TiffLayout, geo_tags, header_bytes, tiff_layout, tiff_sample
-from zarrfs.formats.tiff.geo import geotransform_of
+from zarrfs.formats.tiff.geo import GeoTags, geotransform_of
+from zarrfs.formats.tiff.layout import NO_GEO
 from zarrfs.views.base import ArrayView
 from zarrfs.views.sidecars import Coordinates, coordinate_values
 
 log = logging.getLogger(__name__)
 
 TIFF_NAME = "array.tif"
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_layout(
+    dtype: np.dtype, shape: tuple[int, ...], bands: bool, geo: GeoTags
+) -> TiffLayout | str:
+    return tiff_layout(dtype, shape, bands=bands, geo=geo)
+
+
+def _layout_of(
+    dtype: np.dtype, shape: tuple[int, ...], bands: bool, geo: GeoTags = NO_GEO
+) -> TiffLayout | str:
+    """``tiff_layout``, made once per dtype, shape and tags: every array of a group
+    of like arrays is listed with the same size (a layout is immutable)."""
+    try:
+        return _cached_layout(dtype, shape, bands, geo)
+    except TypeError:  # tags holding a list (a GeoKey directory): not hashable
+        return tiff_layout(dtype, shape, bands=bands, geo=geo)
 
 
 class TiffView(ArrayView):
@@ -72,7 +93,7 @@ class TiffView(ArrayView):
                 bands=meta.shape[0] if bands else 1,
                 coordinates=self.coordinates is not None,
             )
-            found = tiff_layout(meta.dtype, meta.shape, bands=bands, geo=geo)
+            found = _layout_of(meta.dtype, meta.shape, bands, geo)
             if isinstance(found, str):
                 if found != self._logged:
                     log.info("%s of %s is empty: %s", TIFF_NAME, meta.display_name, found)
@@ -161,7 +182,7 @@ def tiff_view(
     if found.y_coordinate and found.x_coordinate:
         names = (found.y_coordinate, found.x_coordinate)
     view = TiffView(state, writeback, found, coordinates(names))
-    layout = tiff_layout(meta.dtype, meta.shape, bands=view.bands)
+    layout = _layout_of(meta.dtype, meta.shape, view.bands)
     if isinstance(layout, str) and 0 not in meta.shape:  # (a length 0 may grow)
         log.info("%s: no %s: %s", meta.display_name, TIFF_NAME, layout)
         return None
