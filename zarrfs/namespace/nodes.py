@@ -77,8 +77,10 @@ class Loaded:
         """The array's state (arrays with flat views; None for the others), made
         at the first ask."""
         state = self._state
-        if state is None and self._make_state is not None:
-            state = self._make_state(self)  # sets _state, under the tree's lock
+        if state is None:
+            make = self._make_state
+            # None: no array, or made meanwhile (set_state sets _state first)
+            state = make(self) if make is not None else self._state
         return state
 
     @property
