@@ -8,7 +8,7 @@ The parts, and who owns whom:
   and the write-back (None: read-only) by whoever builds the mount, reads the
   root and any consolidated metadata, and loads each directory from its
   documents on first use, making its ``ArrayState`` (handed the cache and the
-  write-back). It owns the root node, the control directory, the recent-node
+  write-back) when it is first used. It owns the root node, the control directory, the recent-node
   cache and the chunk-key nodes; one lock serialises its loading.
 - ``nodes.py``: ``DirNode`` (a group or array directory: what names it, and while
   loaded what it is, ``Loaded``: metadata, documents, array state, entries) and

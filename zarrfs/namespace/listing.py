@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
-from zarrfs.formats.conventions import Axis, Surroundings, conventions_of
+from zarrfs.formats.conventions import Axis, Conventions, Surroundings, conventions_of
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 from zarrfs.formats.netcdf import has_netcdf_type
 from zarrfs.namespace.nodes import NO_DOCUMENTS, DirNode, FileNode, Loaded, Loader, Node
@@ -84,10 +84,7 @@ def array_entries(
     state = loaded.state
     meta = loaded.meta
     assert isinstance(meta, ArrayMeta)
-    # What the attributes mean, worked out once, when a header or info first asks.
-    conventions = functools.cache(
-        lambda: conventions_of(state.meta if state is not None else meta, surroundings(node))
-    )
+    conventions = _ConventionsOnce(node, state, meta)
     if state is not None:
         views: dict[str, View] = {
             RAW_NAME: RawView(state, writeback),
@@ -115,6 +112,27 @@ def array_entries(
     info = InfoView(meta, loaded.documents, state, store, conventions)
     entries[INFO_NAME] = FileNode(INFO_NAME, info, node.mtime, node)
     return entries
+
+
+class _ConventionsOnce:
+    """What the attributes of the array of ``node`` mean, worked out once, when a
+    header or info first asks (cheaper to make than a functools.cache of a lambda,
+    at every array listed)."""
+
+    __slots__ = ("_found", "_meta", "_node", "_state")
+
+    def __init__(self, node: DirNode, state: ArrayState | None, meta: ArrayMeta) -> None:
+        self._node = node
+        self._state = state
+        self._meta = meta
+        self._found: Conventions | None = None
+
+    def __call__(self) -> Conventions:
+        found = self._found
+        if found is None:
+            meta = self._state.meta if self._state is not None else self._meta
+            found = self._found = conventions_of(meta, surroundings(self._node))
+        return found
 
 
 def _coordinates(node: DirNode, state: ArrayState) -> Coordinates | None:

@@ -12,6 +12,7 @@ keep that, and for how long, is namespace/recent.py's business. Chunk keys
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,19 +39,63 @@ class FileNode:
 
 
 class Loaded:
-    """What a directory is, loaded from its documents."""
+    """What a directory is, loaded from its documents. An array's state is made at
+    its first use (``make_state``), not when its group is listed: listing a group
+    of 10 000 arrays makes none."""
 
-    __slots__ = ("documents", "entries", "meta", "names", "order", "state", "used", "weight")
+    __slots__ = (
+        "_make_state",
+        "_state",
+        "documents",
+        "entries",
+        "meta",
+        "names",
+        "order",
+        "used",
+        "weight",
+    )
 
-    def __init__(self, meta: NodeMeta, documents: Documents, state: ArrayState | None):
+    def __init__(
+        self,
+        meta: NodeMeta,
+        documents: Documents,
+        state: ArrayState | None,
+        make_state: Callable[[Loaded], ArrayState] | None = None,
+    ):
         self.meta = meta
         self.documents = documents  # shared with the array state; a resize's flush rewrites them
-        self.state = state  # arrays with flat views
+        self._state = state  # arrays with flat views
+        self._make_state = make_state if state is None else None
         self.entries: dict[str, Node] | None = None  # by name, sorted; made when listed
         self.order: tuple[Node, ...] = ()  # the entries by position
         self.names: tuple[bytes, ...] | None = None  # theirs as the kernel is told them
         self.weight = sum(map(len, documents.values()))
         self.used = False  # since the tree last looked whether to drop it
+
+    @property
+    def state(self) -> ArrayState | None:
+        """The array's state (arrays with flat views; None for the others), made
+        at the first ask."""
+        state = self._state
+        if state is None:
+            make = self._make_state
+            # None: no array, or made meanwhile (set_state sets _state first)
+            state = make(self) if make is not None else self._state
+        return state
+
+    @property
+    def made_state(self) -> ArrayState | None:
+        """The array's state if it has been made (asking makes none)."""
+        return self._state
+
+    @property
+    def has_state(self) -> bool:
+        """Whether the node is an array with flat views (asking makes no state)."""
+        return self._state is not None or self._make_state is not None
+
+    def set_state(self, state: ArrayState) -> None:
+        self._state = state
+        self._make_state = None
 
 
 class Loader(Protocol):

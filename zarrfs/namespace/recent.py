@@ -58,8 +58,9 @@ class RecentNodes:
                     continue
                 oldest.loaded = None
                 self._bytes -= dropped.weight
-                if dropped.state is not None:
-                    self._states[oldest] = dropped.state  # found again while in use
+                state = dropped.made_state
+                if state is not None:
+                    self._states[oldest] = state  # found again while in use
 
     def held(self, node: DirNode) -> Loaded | None:
         """What a dropped node is, where something still holds its array state."""

@@ -188,10 +188,20 @@ class Tree:
     def _make_loaded(self, path: str, meta: NodeMeta, docs: dict[str, bytes]) -> Loaded:
         # The root's documents hold the consolidated metadata that may name the node.
         documents = Documents(docs, self.root.documents if path else None)
-        state = None
         if isinstance(meta, ArrayMeta) and meta.unsupported is None:
-            state = ArrayState(meta, documents, self.cache, self.writeback)
-        return Loaded(meta, documents, state)
+            return Loaded(meta, documents, None, self._make_state)
+        return Loaded(meta, documents, None)
+
+    def _make_state(self, loaded: Loaded) -> ArrayState:
+        """The state of the array ``loaded`` is, made once (any thread may ask)."""
+        with self._lock:
+            state = loaded.made_state
+            if state is None:
+                meta = loaded.meta
+                assert isinstance(meta, ArrayMeta)
+                state = ArrayState(meta, loaded.documents, self.cache, self.writeback)
+                loaded.set_state(state)
+            return state
 
     def _reload(self, node: DirNode) -> Loaded:
         """What a node listed from consolidated metadata is, parsed again from the
@@ -325,9 +335,7 @@ class Tree:
         documents = dict(found.documents)
         if isinstance(found.meta, GroupMeta) and not path:
             documents.update(self._root_extra)
-        is_array = isinstance(found.meta, ArrayMeta) or (
-            loaded is not None and loaded.state is not None
-        )
+        is_array = isinstance(found.meta, ArrayMeta) or (loaded is not None and loaded.has_state)
         if loaded is None or dict(loaded.documents.items()) != documents:
             self._replace(node, loaded, found.meta, documents, changes)
         elif is_array:

@@ -22,6 +22,7 @@ many bands, PlanarConfiguration 2; any other array is a stack of pages).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ from zarrfs.formats.conventions import Conventions, GeoTransform
 from zarrfs.formats.conventions.cf import TIME_LABEL_WIDTH
 from zarrfs.formats.sidecars import MAP_INFO_SECONDS
 from zarrfs.formats.tiff import TiffLayout, geo_tags, header_bytes, tiff_layout, tiff_sample
-from zarrfs.formats.tiff.geo import geotransform_of
+from zarrfs.formats.tiff.geo import GeoTags, geotransform_of
+from zarrfs.formats.tiff.layout import NO_GEO
 from zarrfs.views.base import ArrayView
 from zarrfs.views.sidecars import Coordinates, coordinate_values, find_time, read_dates
 
@@ -53,6 +55,24 @@ class ReadFacts:
     shape: tuple[int, ...]
     geotransform: GeoTransform | None = None
     dates: list[str] | None = None
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_layout(
+    dtype: np.dtype, shape: tuple[int, ...], bands: bool, geo: GeoTags
+) -> TiffLayout | str:
+    return tiff_layout(dtype, shape, bands=bands, geo=geo)
+
+
+def _layout_of(
+    dtype: np.dtype, shape: tuple[int, ...], bands: bool, geo: GeoTags = NO_GEO
+) -> TiffLayout | str:
+    """``tiff_layout``, made once per dtype, shape and tags: every array of a group
+    of like arrays is listed with the same size (a layout is immutable)."""
+    try:
+        return _cached_layout(dtype, shape, bands, geo)
+    except TypeError:  # tags holding a list (a GeoKey directory): not hashable
+        return tiff_layout(dtype, shape, bands=bands, geo=geo)
 
 
 class TiffView(ArrayView):
@@ -99,7 +119,7 @@ class TiffView(ArrayView):
                 coordinates=self.coordinates is not None,
                 description_width=TIME_LABEL_WIDTH if self.dated else 0,
             )
-            found = tiff_layout(meta.dtype, meta.shape, bands=bands, geo=geo)
+            found = _layout_of(meta.dtype, meta.shape, bands, geo)
             if isinstance(found, str):
                 if found != self._logged:
                     log.info("%s of %s is empty: %s", TIFF_NAME, meta.display_name, found)
@@ -210,5 +230,5 @@ def tiff_reason(dtype: np.dtype, shape: tuple[int, ...], bands: bool = False) ->
         return "fewer than 2 dimensions"
     if 0 in shape:
         return None
-    layout = tiff_layout(dtype, shape, bands=bands)
+    layout = _layout_of(dtype, shape, bands)
     return layout if isinstance(layout, str) else None

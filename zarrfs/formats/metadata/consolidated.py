@@ -21,6 +21,8 @@ is what the mount shows and rewrites.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -41,6 +43,10 @@ NODE_DOCUMENTS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
 # Group entries carry zarr-python 3's own consolidated view of their subtree; the
 # documents it writes to the store do not (an empty one, or null), so it is dropped.
 NESTED_MEMBER = "consolidated_metadata"
+# Documents made from entries of like text are made once: the arrays of a group
+# often share their metadata text (v2's .zarray). Bounded in count and in size.
+_MADE_ENTRIES = 1024
+_MADE_BYTES = 4096
 
 
 class Children(Mapping[str, tuple[str, ...]]):
@@ -126,6 +132,9 @@ class Consolidated:
         self.indent = indent
         self.sort_keys = sort_keys
         self.key = key  # the root key holding it (its mtime is every node's)
+        # (document name, entry text) → the document made of it, most recent last.
+        self._made: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+        self._made_lock = threading.Lock()  # documents are read from worker threads too
 
     def __repr__(self) -> str:
         return f"Consolidated({self.key!r}, {len(self._spans) + len(self._stored)} documents)"
@@ -176,8 +185,24 @@ class Consolidated:
         if packed is None:
             return None
         text = self._source[jsontext.start(packed) : jsontext.end(packed)]
-        value = jsontext.loads_object(text)
         name = key.rpartition("/")[2]
+        made_key = (name, text)
+        with self._made_lock:
+            made = self._made.get(made_key)
+            if made is not None:
+                self._made.move_to_end(made_key)
+                return made
+        made = self._make(key, name, text)
+        if len(text) <= _MADE_BYTES and len(made) <= _MADE_BYTES:
+            with self._made_lock:
+                self._made[made_key] = made
+                if len(self._made) > _MADE_ENTRIES:
+                    self._made.popitem(last=False)
+        return made
+
+    def _make(self, key: str, name: str, text: bytes) -> bytes:
+        """The document of the entry ``text`` at store key ``key`` (named ``name``)."""
+        value = jsontext.loads_object(text)
         if name == GROUP_KEY or (name == ZARR_JSON and value.get("node_type") == "group"):
             value.pop(NESTED_MEMBER, None)
         # Entries as zarr-python writes them are far below the bound once indented:
