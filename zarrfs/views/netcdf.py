@@ -4,7 +4,7 @@ The header is made from metadata alone (formats/netcdf), so ``stat`` reads no
 chunk; it is made again whenever an array's metadata changes (a resize through
 the mount, a new document from the store), and the size with it. Each variable's
 data is read through its array's live state, as ``array.raw`` reads it, and turned
-big-endian in worker threads (the decoders), ahead of a stream in blocks
+big-endian in a worker thread of its own, ahead of a stream in blocks
 (``_SwappedAhead``) so that its reads are slices; arrays stored big-endian or of
 one byte are served as ``array.raw`` serves them. The padding between variables
 reads as zeros.
@@ -29,6 +29,7 @@ import numpy as np
 import trio
 
 from zarrfs.core.arrays import ArrayState
+from zarrfs.core.pool import WorkerPool
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.netcdf import GroupFile, Member, Placed, carried_attributes, group_file
 from zarrfs.views.base import View
@@ -44,6 +45,12 @@ NC_NAME = "group.nc"
 SWAP_BLOCK = 1 << 20
 SWAP_AHEAD = 2
 SWAP_KEPT = 16
+
+# The swaps run in a thread of their own, never on the FUSE thread: in the decoders'
+# queue a swap a reader waits for (a quarter of a millisecond) would wait behind the
+# decode of a whole chunk ahead of it (several), and the reader with it
+# (docs/benchmarks.md, "group.nc").
+_SWAPPER = WorkerPool(1, "zarrfs-swap")
 
 Arrays = Callable[[], Sequence[tuple[str, ArrayState]]]
 
@@ -74,8 +81,8 @@ async def _swapped(placed: Placed, state: ArrayState, start: int, length: int) -
     data = await state.read(first, last - first)
     if len(data) != last - first:  # shrunk since the header was made
         data = bytes(data) + bytes(last - first - len(data))
-    # The decoders (core/pool.py): no thread woken per call, as trio.to_thread would.
-    swapped = await state.cache.pool.run(_swap, data, itemsize)
+    # A pool's thread (core/pool.py): no thread woken per call, as trio.to_thread would.
+    swapped = await _SWAPPER.run(_swap, data, itemsize)
     return swapped[start - first : start - first + length]
 
 
@@ -97,7 +104,7 @@ class _Block:
 
 class _SwappedAhead:
     """The data in blocks of the file (SWAP_BLOCK bytes, aligned in the file as a
-    reader's requests are) turned big-endian in the decoders ahead of a stream, so
+    reader's requests are) turned big-endian in the swap thread ahead of a stream, so
     that its reads are slices: a worker thread's answer per read would cost as much
     as the copy. One instance serves every file: at most SWAP_KEPT blocks are
     kept, the oldest dropped first; one made before a write or a resize of its
@@ -137,8 +144,7 @@ class _SwappedAhead:
         try:
             pieces = [await state.read(a, b - a) for a, b in itertools.pairwise(cuts)]
             if sum(map(len, pieces)) == length:
-                pool = state.cache.pool
-                block.data = await pool.run(_swap_all, pieces, itemsize)
+                block.data = await _SWAPPER.run(_swap_all, pieces, itemsize)
         except Exception as e:  # the reader then reads the range itself, and is told
             log.debug("%s: no block ahead at %d: %s", block.meta.display_name, first, e)
         finally:
