@@ -12,10 +12,30 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 
 def require(*programs: str) -> None:
     missing = [p for p in programs if shutil.which(p) is None]
-    assert not missing, f"{missing} not on PATH: scripts/install.sh installs gdal-bin"
+    assert not missing, f"{missing} not on PATH: scripts/install.sh installs them"
+
+
+def array_name(dtype: str, ndim: int) -> str:
+    """A test array's name: its dtype, byte order and number of dimensions."""
+    order = {"<": "le", ">": "be", "|": ""}[dtype[0]]
+    return f"{dtype[1:]}{order}_{ndim}d"
+
+
+def random_values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Values over the dtype's whole range (integers) or spread widely (floats)."""
+    native = dtype.newbyteorder("=")
+    if dtype.kind in "iu":
+        info = np.iinfo(native)
+        return rng.integers(info.min, info.max, size=shape, dtype=native, endpoint=True)
+    if dtype.kind == "f":
+        return (rng.standard_normal(shape) * 1000).astype(native)
+    real = rng.standard_normal(shape) * 1000
+    return (real + 1j * rng.standard_normal(shape)).astype(native)
 
 
 def read_exact(path: Path) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 import xarray as xr
 import zarr
 
+from tests.support.headers import require
 from tests.support.mounting import Mounted, mounted
 from tests.support.servers import Bucket
 
@@ -30,10 +30,6 @@ NC = "group.nc"
 KINDS = ["v2", "v2_consolidated", "v3_sharded"]
 CONSOLIDATED = {"v2": False, "v2_consolidated": True, "v3_sharded": False}
 
-
-def require(*programs: str) -> None:
-    missing = [p for p in programs if shutil.which(p) is None]
-    assert not missing, f"{missing} not on PATH: scripts/install.sh installs them"
 
 
 def dataset() -> xr.Dataset:

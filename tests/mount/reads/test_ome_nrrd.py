@@ -18,6 +18,7 @@ import pytest
 import SimpleITK as sitk
 import zarr
 
+from tests.support.headers import read_exact
 from tests.support.mounting import mounted
 from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
@@ -96,11 +97,6 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
 def mount_of(image: Image, store: str) -> Path:
     return image.mounts[store]
 
-
-def read_exact(path: Path) -> bytes:
-    data = path.read_bytes()
-    assert os.stat(path).st_size == len(data), path
-    return data
 
 
 def header_fields(data: bytes) -> dict[str, str]:

@@ -23,7 +23,14 @@ import trio
 import zarr
 from zarr.codecs import BytesCodec
 
-from tests.support.headers import gdalinfo, header_fields, read_exact, require
+from tests.support.headers import (
+    array_name,
+    gdalinfo,
+    header_fields,
+    random_values,
+    read_exact,
+    require,
+)
 from tests.support.mounting import Mounted, mounted, peak_rss
 from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
@@ -45,24 +52,10 @@ SHAPES = {  # ndim → (shape, chunks): edge chunks on every axis
 }
 
 
-def array_name(dtype: str, ndim: int) -> str:
-    order = {"<": "le", ">": "be", "|": ""}[dtype[0]]
-    return f"{dtype[1:]}{order}_{ndim}d"
-
 
 def key(dtype: np.dtype) -> str:
     return f"{dtype.kind}{dtype.itemsize}"
 
-
-def random_values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    native = dtype.newbyteorder("=")
-    if dtype.kind in "iu":
-        info = np.iinfo(native)
-        return rng.integers(info.min, info.max, size=shape, dtype=native, endpoint=True)
-    if dtype.kind == "f":
-        return (rng.standard_normal(shape) * 1000).astype(native)
-    real = rng.standard_normal(shape) * 1000
-    return (real + 1j * rng.standard_normal(shape)).astype(native)
 
 
 def gdal_read(raw: Path, out: Path, shape: tuple[int, ...]) -> np.ndarray:

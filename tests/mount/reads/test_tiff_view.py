@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import pytest
 import tifffile
 import zarr
 
+from tests.support.headers import array_name, random_values, read_exact, require
 from tests.support.mounting import Mounted, mounted
 from tests.support.paths import REPO
 
@@ -52,31 +52,8 @@ SHAPES = {  # ndim → (shape, chunks): edge chunks on every axis
 LARGE = ((2, 700, 500), (1, 256, 256), "<f4")
 
 
-def require(*programs: str) -> None:
-    missing = [p for p in programs if shutil.which(p) is None]
-    assert not missing, f"{missing} not on PATH: scripts/install.sh installs them"
 
 
-def array_name(dtype: str, ndim: int) -> str:
-    order = {"<": "le", ">": "be", "|": ""}[dtype[0]]
-    return f"{dtype[1:]}{order}_{ndim}d"
-
-
-def random_values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    native = dtype.newbyteorder("=")
-    if dtype.kind in "iu":
-        info = np.iinfo(native)
-        return rng.integers(info.min, info.max, size=shape, dtype=native, endpoint=True)
-    if dtype.kind == "f":
-        return (rng.standard_normal(shape) * 1000).astype(native)
-    real = rng.standard_normal(shape) * 1000
-    return (real + 1j * rng.standard_normal(shape)).astype(native)
-
-
-def read_exact(path: Path) -> bytes:
-    data = path.read_bytes()
-    assert os.stat(path).st_size == len(data), path
-    return data
 
 
 def gdalinfo(path: Path) -> dict:
