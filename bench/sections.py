@@ -38,7 +38,7 @@ SECTIONS = {
     for s in (
         Section("read-seq", sequential.read_seq, "dd of array.raw vs z[:], v2 row chunks"),
         Section("read-npy", sequential.read_npy, "array.npy mapped and summed vs z[:].sum()"),
-        Section("read-nc", netcdf.read_nc, "dd of group.nc vs array.raw, the same array"),
+        Section("read-nc", netcdf.read_nc, "dd of group.nc vs array.raw of one array, per layout"),
         Section("read-random", random_access.read_random, "4 KiB preads vs a memory-served file"),
         Section("memory", sequential.memory, "the daemon's peak RSS reading 4x --size-mb"),
         Section("metadata", listings.metadata, "ls -R and stat of 10 000 arrays"),

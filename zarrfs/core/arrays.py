@@ -9,6 +9,7 @@ states and the resize bookkeeping through it. The parts, each with one job:
 - ``stale`` (core/write/stale.py): what resizes left stale in the store.
 - ``visible`` (core/read/livechunks.py): each chunk as reads see it.
 - ``reader`` (core/read/reading.py) and ``read_ahead`` (core/read/readahead.py).
+- ``big_endian`` (core/read/twinreads.py): the same reads, elements big-endian.
 - ``writer`` (core/write/writing.py), writing through a ``ChunkWriter``
   (core/write/chunkwrites.py); it holds the pending partial row (``tail``).
 """
@@ -26,6 +27,7 @@ from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.core.read.livechunks import LiveChunks
 from zarrfs.core.read.readahead import ReadAhead
 from zarrfs.core.read.reading import ArrayReader, Buffer
+from zarrfs.core.read.twinreads import BigEndianReads
 from zarrfs.core.write.chunkstate import ChunkStates, Dirty
 from zarrfs.core.write.chunkwrites import ChunkWriter
 from zarrfs.core.write.stale import StaleUnits
@@ -91,6 +93,7 @@ class ArrayState:
         self.read_ahead = ReadAhead(self.live, self.visible, self.reader, cache)
         chunk_writer = ChunkWriter(self.live, self.chunks, self.visible, self.stale, cache, link)
         self.writer = ArrayWriter(self.live, self.chunks, self.stale, chunk_writer, link)
+        self._big_endian: BigEndianReads | None = None
 
     @property
     def meta(self) -> ArrayMeta:
@@ -130,6 +133,17 @@ class ArrayState:
 
     def prefetch(self, offset: int) -> None:
         self.read_ahead.prefetch(offset)
+
+    @property
+    def big_endian(self) -> BigEndianReads:
+        """Reads of the same bytes with each element big-endian (made at first use)."""
+        if self._big_endian is None:
+
+            def changes() -> int:
+                return self.changes
+
+            self._big_endian = BigEndianReads(self.live, self.visible, self.cache, changes)
+        return self._big_endian
 
     async def write(self, offset: int, data: bytes | memoryview) -> int:
         return await self.writer.write(offset, data)

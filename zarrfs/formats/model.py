@@ -103,7 +103,9 @@ class ArrayMeta:
 
     @property
     def display_name(self) -> str:
-        return self.path or "/"
+        # Store paths hold no NUL: the read path names a view's twin of an array
+        # (core/read/byteorder.py) after one, and it is that array to a reader.
+        return self.path.partition("\0")[0] or "/"
 
     # -- storage units: what one stored value holds (a chunk, or a shard) ---------
 

@@ -396,4 +396,3 @@ def envi_header(
         rows.append(map_info)
     rows += _meaning_rows(bands, crs_wkt, nodata, scale, offset, names)
     return ("\n".join(rows) + "\n").encode("ascii")
-

@@ -3,11 +3,11 @@
 The header is made from metadata alone (formats/netcdf), so ``stat`` reads no
 chunk; it is made again whenever an array's metadata changes (a resize through
 the mount, a new document from the store), and the size with it. Each variable's
-data is read through its array's live state, as ``array.raw`` reads it, and turned
-big-endian in a worker thread of its own, ahead of a stream in blocks
-(``_SwappedAhead``) so that its reads are slices; arrays stored big-endian or of
-one byte are served as ``array.raw`` serves them. The padding between variables
-reads as zeros.
+data is read through its array's live state: little-endian arrays through its
+big-endian twin (core/read/twinreads.py), whose chunks the decoders turn round as
+they decode them, so that a stream's reads are slices of cached chunks or stripes
+as ``array.raw``'s are; arrays stored big-endian or of one byte as ``array.raw``
+reads them. The padding between variables reads as zeros.
 
 The file is ``volatile``: handles bypass the page cache, so a read after a resize
 follows the new layout. Which arrays are variables is settled when the group is
@@ -17,19 +17,12 @@ listed (its numeric child arrays); their shapes and attributes are read live.
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import trio
-
 from zarrfs.core.arrays import ArrayState
-from zarrfs.core.pool import WorkerPool
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.netcdf import GroupFile, Member, Placed, carried_attributes, group_file
 from zarrfs.views.base import View
@@ -38,137 +31,7 @@ log = logging.getLogger(__name__)
 
 NC_NAME = "group.nc"
 
-# A stream's data is turned big-endian ahead of it in blocks this large, this many
-# blocks ahead of the one it reads (small enough that the kernel copies a block
-# while it is still in the CPU's cache); at most this many are kept, for every file
-# of the mount together (so at most 16 MiB, whatever was read).
-SWAP_BLOCK = 1 << 20
-SWAP_AHEAD = 2
-SWAP_KEPT = 16
-
-# The swaps run in a thread of their own, never on the FUSE thread: in the decoders'
-# queue a swap a reader waits for (a quarter of a millisecond) would wait behind the
-# decode of a whole chunk ahead of it (several), and the reader with it
-# (docs/benchmarks.md, "group.nc").
-_SWAPPER = WorkerPool(1, "zarrfs-swap")
-
 Arrays = Callable[[], Sequence[tuple[str, ArrayState]]]
-
-
-def _swap(data: bytes | memoryview, itemsize: int) -> memoryview:
-    """Each element's bytes the other way round (worker thread): one copy, by
-    numpy's vectorised cast (several times faster than ``byteswap``)."""
-    swapped = np.frombuffer(data, dtype=f"<u{itemsize}").astype(f">u{itemsize}")
-    return memoryview(swapped.view(np.uint8))
-
-
-def _swap_all(pieces: Sequence[bytes | memoryview], itemsize: int) -> memoryview:
-    """The pieces one after the other, each element's bytes the other way round."""
-    out = np.empty(sum(map(len, pieces)) // itemsize, dtype=f">u{itemsize}")
-    at = 0
-    for piece in pieces:
-        count = len(piece) // itemsize
-        out[at : at + count] = np.frombuffer(piece, dtype=f"<u{itemsize}")
-        at += count
-    return memoryview(out.view(np.uint8))
-
-
-async def _swapped(placed: Placed, state: ArrayState, start: int, length: int) -> memoryview:
-    """``length`` bytes of a little-endian variable's data from ``start``, big-endian."""
-    itemsize = placed.dtype.itemsize
-    first = start - start % itemsize
-    last = min(-(-(start + length) // itemsize) * itemsize, placed.nbytes)
-    data = await state.read(first, last - first)
-    if len(data) != last - first:  # shrunk since the header was made
-        data = bytes(data) + bytes(last - first - len(data))
-    # A pool's thread (core/pool.py): no thread woken per call, as trio.to_thread would.
-    swapped = await _SWAPPER.run(_swap, data, itemsize)
-    return swapped[start - first : start - first + length]
-
-
-@dataclass(eq=False)
-class _Block:
-    """A block of a variable's big-endian data, made ahead of a stream from the
-    array as it was then (its metadata and its count of writes)."""
-
-    state: ArrayState
-    meta: ArrayMeta
-    changes: int
-    first: int  # where its data begins in the variable's
-    done: trio.Event = field(default_factory=trio.Event)
-    data: memoryview | None = None
-
-    def valid(self, state: ArrayState) -> bool:
-        return self.state is state and self.meta is state.meta and self.changes == state.changes
-
-
-class _SwappedAhead:
-    """The data in blocks of the file (SWAP_BLOCK bytes, aligned in the file as a
-    reader's requests are) turned big-endian in the swap thread ahead of a stream, so
-    that its reads are slices: a worker thread's answer per read would cost as much
-    as the copy. One instance serves every file: at most SWAP_KEPT blocks are
-    kept, the oldest dropped first; one made before a write or a resize of its
-    array is not used."""
-
-    def __init__(self) -> None:
-        self._blocks: OrderedDict[tuple[object, str, int], _Block] = OrderedDict()
-
-    def start(self, file: object, placed: Placed, state: ArrayState, number: int) -> None:
-        """Block ``number`` of ``file``, where it holds the variable's data."""
-        key = (file, placed.member, number)
-        found = self._blocks.get(key)
-        if found is not None and found.valid(state):
-            return
-        start = max(number * SWAP_BLOCK - placed.begin, 0)
-        stop = min((number + 1) * SWAP_BLOCK - placed.begin, placed.nbytes)
-        if start >= stop:
-            return
-        itemsize = placed.dtype.itemsize
-        first = start - start % itemsize  # whole elements
-        last = min(-(-stop // itemsize) * itemsize, placed.nbytes)
-        block = _Block(state, state.meta, state.changes, first)
-        self._blocks[key] = block
-        self._blocks.move_to_end(key)
-        while len(self._blocks) > SWAP_KEPT:
-            self._blocks.popitem(last=False)
-        trio.lowlevel.spawn_system_task(self._fill, block, last - first, itemsize)
-
-    @staticmethod
-    async def _fill(block: _Block, length: int, itemsize: int) -> None:
-        first = block.first
-        state = block.state
-        # Read chunk by chunk where chunks are runs of the array's bytes: each piece
-        # is then a slice of a cached chunk, not a copy assembled from several.
-        run = state.live.run or length
-        cuts = [first, *range((first // run + 1) * run, first + length, run), first + length]
-        try:
-            pieces = [await state.read(a, b - a) for a, b in itertools.pairwise(cuts)]
-            if sum(map(len, pieces)) == length:
-                block.data = await _SWAPPER.run(_swap_all, pieces, itemsize)
-        except Exception as e:  # the reader then reads the range itself, and is told
-            log.debug("%s: no block ahead at %d: %s", block.meta.display_name, first, e)
-        finally:
-            block.done.set()
-
-    async def take(
-        self, file: object, placed: Placed, state: ArrayState, start: int, length: int
-    ) -> memoryview | None:
-        """The range (inside one block) from a block made or under way, else None."""
-        number = (placed.begin + start) // SWAP_BLOCK
-        block = self._blocks.get((file, placed.member, number))
-        if block is None or not block.valid(state):
-            return None
-        await block.done.wait()
-        data = block.data
-        if data is None or not block.valid(state):
-            return None
-        offset = start - block.first
-        if offset < 0 or offset + length > len(data):
-            return None
-        return data[offset : offset + length]
-
-
-_AHEAD = _SwappedAhead()
 
 
 class NetcdfView(View):
@@ -247,16 +110,16 @@ class NetcdfView(View):
         position = offset
         while position < end:
             placed = self._at(made, position)
-            if placed is None:
+            if placed is None and position < len(made.header):
                 stop = min(end, len(made.header))
                 pieces.append(made.header[position:stop])
-            elif position < placed.begin + placed.nbytes:
+            elif placed is not None and position < placed.begin + placed.nbytes:
                 stop = min(end, placed.begin + placed.nbytes)
                 state = states[placed.member]
                 pieces.append(
                     await self._data(placed, state, position - placed.begin, stop - position)
                 )
-            else:  # padding up to the next variable, or the end of the file
+            else:  # padding up to the next variable (or the first), or the end of the file
                 following = bisect.bisect_right(self._begins, position)
                 limit = self._begins[following] if following < len(self._begins) else made.size
                 stop = min(end, limit)
@@ -270,19 +133,10 @@ class NetcdfView(View):
         self, placed: Placed, state: ArrayState, start: int, length: int
     ) -> bytes | memoryview:
         """``length`` bytes of the variable's big-endian data from ``start``."""
-        if not placed.swapped:
-            data = await state.read(start, length)
-            return data if len(data) == length else bytes(data) + bytes(length - len(data))
-        pieces = []
-        end = start + length
-        while start < end:
-            stop = min(end, ((placed.begin + start) // SWAP_BLOCK + 1) * SWAP_BLOCK - placed.begin)
-            piece = await _AHEAD.take(self, placed, state, start, stop - start)
-            if piece is None:
-                piece = await _swapped(placed, state, start, stop - start)
-            pieces.append(piece)
-            start = stop
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if placed.swapped:
+            return await state.big_endian.read(start, length)
+        data = await state.read(start, length)
+        return data if len(data) == length else bytes(data) + bytes(length - len(data))
 
     def prefetch(self, offset: int) -> None:
         made = self._made
@@ -299,8 +153,7 @@ class NetcdfView(View):
         state = source[0]() if source is not None else None
         if state is None or source is None or state.meta is not source[1]():
             return  # changed since the file was made: its next read makes it again
-        state.prefetch(offset - placed.begin)
         if placed.swapped:
-            number = offset // SWAP_BLOCK
-            for ahead in range(number, number + SWAP_AHEAD + 1):
-                _AHEAD.start(self, placed, state, ahead)
+            state.big_endian.prefetch(offset - placed.begin)
+        else:
+            state.prefetch(offset - placed.begin)

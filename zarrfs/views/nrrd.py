@@ -68,9 +68,7 @@ class VolumeHeaderView(_HeaderView):
     def _header(self, meta: ArrayMeta, map_info: MapInfo | None) -> bytes:
         shape = meta.shape
         outer = len(self.index)
-        if len(shape) != len(self.axes) or any(
-            i >= n for i, n in zip(self.index, shape[:outer])
-        ):
+        if len(shape) != len(self.axes) or any(i >= n for i, n in zip(self.index, shape[:outer])):
             return b""  # beyond the array's end since a resize
         return nrrd.volume_header(
             meta.dtype, shape, self.axes, self.index, path=meta.path, data_file=VOLUME_DATA_FILE

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from zarrfs.formats.codecs.pipeline import CodecPipeline
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.formats.netcdf import GroupFile, Member, carried_attributes, group_file
+from zarrfs.formats.netcdf import GroupFile, Member, carried_attributes, encoding, group_file
 from zarrfs.formats.netcdf.encoding import MAX_NAME_BYTES, attribute, valid_name
 
 
@@ -125,6 +125,32 @@ def test_each_type_reads_back(dtype: str) -> None:
         with scipy.io.netcdf_file(io.BytesIO(data), mmap=False) as sc:
             raw = sc.variables["v"].data
             assert np.array_equal(raw.view(array.dtype.newbyteorder(">")), array)
+
+
+def test_large_variables_begin_on_a_mebibyte(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable of ALIGNED_FROM bytes or more begins on a multiple of DATA_ALIGN,
+    after a gap of zeros that netCDF-C and scipy step over; smaller ones follow
+    the one before them."""
+    monkeypatch.setattr(encoding, "ALIGNED_FROM", 400)
+    small = np.arange(5, dtype="<i2")
+    large = np.linspace(0, 1, 120, dtype="<f4").reshape(10, 12)
+    after = np.arange(3, dtype="<i4")
+    arrays = {
+        "small": (small, meta(small, ("n",))),
+        "large": (large, meta(large, ("y", "x"))),
+        "after": (after, meta(after, ("m",))),
+    }
+    made = group_file(members(arrays), {})
+    begins = {placed.member: placed.begin for placed in made.variables}
+    assert begins["small"] < encoding.DATA_ALIGN
+    assert begins["large"] == encoding.DATA_ALIGN
+    assert begins["after"] == encoding.DATA_ALIGN + large.nbytes
+    data = assemble(made, {"small": small, "large": large, "after": after})
+    with netcdf4(data) as ds:
+        for name, values in (("small", small), ("large", large), ("after", after)):
+            assert np.array_equal(ds[name][:], values), name
+    with scipy.io.netcdf_file(io.BytesIO(data), mmap=False) as sc:
+        assert np.array_equal(sc.variables["large"].data, large)
 
 
 @pytest.mark.parametrize(
@@ -273,7 +299,7 @@ def test_a_variable_of_4_gib_needs_cdf5() -> None:
     huge = meta(small, ("n",), shape=(1 << 30,))  # 4 GiB of float32: never allocated
     made = group_file([Member("huge", huge, {})], {})
     assert made.version == 5
-    assert made.size == len(made.header) + (4 << 30)
+    assert made.size == encoding.DATA_ALIGN + (4 << 30)  # a large variable: aligned
 
 
 JSON = st.recursive(

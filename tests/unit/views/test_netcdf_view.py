@@ -9,11 +9,13 @@ from pathlib import Path
 
 import netCDF4
 import numpy as np
+import pytest
 import trio
 import zarr
 
 from tests.support.stores import CountingStore
 from zarrfs.core.read.chunks import ChunkCache
+from zarrfs.formats.netcdf import encoding
 from zarrfs.namespace.nodes import DirNode, FileNode
 from zarrfs.namespace.tree import Tree
 
@@ -93,7 +95,7 @@ def test_a_resize_changes_header_size_and_data(tmp_path: Path) -> None:
     assert isinstance(array, DirNode) and array.state is not None
 
     async def read_ahead() -> None:
-        # Blocks made ahead of a stream, from the array as it is now.
+        # Chunks decoded ahead of a stream, from the array as it is now.
         assert node.view.size
         node.view.prefetch(0)
         await trio.sleep(0.5)
@@ -122,7 +124,7 @@ def test_a_write_after_read_ahead_is_read(tmp_path: Path) -> None:
     async def write_after_read_ahead() -> bytes:
         assert node.view.size  # the layout is made at the first stat
         node.view.prefetch(0)
-        await trio.sleep(0.5)  # blocks of big-endian data made ahead
+        await trio.sleep(0.5)  # chunks of big-endian data decoded ahead
         await state.write(0, np.full(7, 42, "<f4").tobytes())
         return bytes(await node.view.read(0, node.view.size))
 
@@ -131,9 +133,9 @@ def test_a_write_after_read_ahead_is_read(tmp_path: Path) -> None:
     assert np.array_equal(values["a"][1:], np.arange(7, 70, dtype="f4").reshape(9, 7))
 
 
-def test_a_stream_over_many_blocks_and_chunks(tmp_path: Path) -> None:
-    """Blocks made ahead of a stream, each from several chunks (runs of the array's
-    bytes) and starting inside one, as the header shifts the data."""
+def test_a_stream_over_many_chunks(tmp_path: Path) -> None:
+    """Chunks decoded ahead of a stream, its reads starting inside them, as the
+    header shifts the data."""
     values = np.random.default_rng(5).standard_normal((700, 1000)).astype("<f8")
     group = zarr.open_group(tmp_path, mode="w", zarr_format=2)
     group.create_array("big", shape=values.shape, chunks=(37, 1000), dtype="<f8")[...] = values
@@ -148,7 +150,7 @@ def test_a_stream_over_many_blocks_and_chunks(tmp_path: Path) -> None:
         while len(out) < size:
             out += await node.view.read(len(out), 128 << 10)
             node.view.prefetch(len(out))
-            await trio.sleep(0)  # let the blocks ahead be made
+            await trio.sleep(0)  # let the chunks ahead be decoded
         return bytes(out)
 
     data = trio.run(stream)
@@ -156,3 +158,32 @@ def test_a_stream_over_many_blocks_and_chunks(tmp_path: Path) -> None:
     parsed_values = parsed(data)
     assert np.array_equal(parsed_values["big"], values)
     assert np.array_equal(parsed_values["tail"], [7, 8, 9])
+
+
+def test_a_large_variable_after_a_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large variable begins on a mebibyte: reads of the gap before it are zeros,
+    and reads aligned in the file are aligned in its data (one chunk each)."""
+    monkeypatch.setattr(encoding, "ALIGNED_FROM", 1000)
+    values = np.arange(512 * 256, dtype="<f4").reshape(512, 256)  # 1 KiB rows
+    group = zarr.open_group(tmp_path, mode="w", zarr_format=2)
+    group.create_array("big", shape=values.shape, chunks=(256, 256), dtype="<f4")[...] = values
+    tree, _ = tree_of(tmp_path)
+    node = tree.resolve("group.nc")
+    assert isinstance(node, FileNode)
+
+    async def read_all() -> bytes:
+        return bytes(await node.view.read(0, node.view.size))
+
+    data = trio.run(read_all)
+    assert len(data) == encoding.DATA_ALIGN + values.nbytes
+    header = len(node.view._file()[0].header)
+    assert data[header : encoding.DATA_ALIGN] == bytes(encoding.DATA_ALIGN - header)
+    assert np.array_equal(parsed(data)["big"], values)
+
+    async def aligned() -> None:
+        got = await node.view.read(encoding.DATA_ALIGN + (256 << 10), 256 << 10)
+        # A slice of the second chunk as decoded, not bytes copied together.
+        assert isinstance(got, memoryview)
+        assert bytes(got) == values[256:].astype(">f4").tobytes()
+
+    trio.run(aligned)

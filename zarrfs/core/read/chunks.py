@@ -23,6 +23,7 @@ import numpy as np
 from zarrfs.core.counters import Counters
 from zarrfs.core.pool import BACKGROUND, URGENT, LoadPools
 from zarrfs.core.read.buffers import MAX_SPARE_BYTES, SpareBuffers
+from zarrfs.core.read.byteorder import big_endian, twin_path
 from zarrfs.core.read.flights import Loads
 from zarrfs.core.read.indexes import ShardIndexes
 from zarrfs.core.read.lru import CacheKey, ChunkKey, DecodedLru, Entry, ShardIndexKey, StripeKey
@@ -71,6 +72,13 @@ class ChunkCache:
         self.stripes = Stripes(self, self.lru, self.buffers, self.pool, self.counters)
         self.read_ahead = False  # the mount turns it on; handler tests choose
         self._read_ahead: set[CacheKey] = set()  # loaded ahead, not yet given back
+        self._twinned: set[str] = set()  # arrays whose big-endian twin is read
+
+    def twin(self, meta: ArrayMeta) -> ArrayMeta:
+        """The big-endian twin of ``meta`` (core/read/byteorder.py), which from now
+        on is told of every change to the array."""
+        self._twinned.add(meta.path)
+        return big_endian(meta)
 
     @property
     def max_bytes(self) -> int:
@@ -219,6 +227,8 @@ class ChunkCache:
         self.loader.forget(key)  # a load under way brings the old chunk: not cached
         self.lru.drop(key)
         self.stripes.chunk_changed(path, index)
+        if path in self._twinned:
+            self.forget(twin_path(path), index)
 
     def put(self, path: str, index: Index, value: np.ndarray | None) -> None:
         """Remember a chunk as it was just stored (``None``: deleted, reads as fill)."""
@@ -228,11 +238,15 @@ class ChunkCache:
     def begin_replace(self, meta: ArrayMeta, shard: Index) -> None:
         """Write-back is about to replace a shard (see ShardIndexes.begin_replace)."""
         self.indexes.begin_replace(meta, shard)
+        if meta.path in self._twinned:
+            self.indexes.begin_replace(big_endian(meta), shard)
 
     def end_replace(self, path: str, shard: Index, stored: ShardIndex | object | None) -> None:
         """The shard is replaced: its index as stored (None: deleted; anything else:
         unknown, read again when needed)."""
         self.indexes.end_replace(path, shard, stored)
+        if path in self._twinned:  # (the same stored bytes: the same index)
+            self.indexes.end_replace(twin_path(path), shard, stored)
 
     def invalidate(self, path: str) -> None:
         """Forget every cached chunk and shard index (and remembered failure) of the
@@ -241,6 +255,8 @@ class ChunkCache:
         for key in self.lru.keys_of(path, ChunkKey, ShardIndexKey):
             self.lru.drop(key)
         self.stripes.drop_array(path)
+        if path in self._twinned:
+            self.invalidate(twin_path(path))
 
     # -- between the parts -------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numcodecs
@@ -35,6 +35,29 @@ from zarrfs.formats.codecs.bounded import BOUNDED_CODECS, holds_zlib
 from zarrfs.formats.limits import clip
 
 log = logging.getLogger(__name__)
+
+
+def _reordered(stored: np.dtype, dtype: np.dtype) -> bool:
+    """``dtype`` is ``stored`` in another byte order (the same kind and size)."""
+    return stored.newbyteorder("=") == dtype.newbyteorder("=")
+
+
+# Each decoding thread's buffer to decode elements into before they are turned
+# round (``CodecChain.decode``), kept for the next chunk up to this size.
+SCRATCH_KEPT = 16 << 20
+_scratches = threading.local()
+
+
+def _scratch(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of ``nbytes`` of this thread's, reused while no larger than
+    SCRATCH_KEPT (fresh memory costs a page fault per 4 KiB)."""
+    kept = getattr(_scratches, "buffer", None)
+    if kept is not None and kept.nbytes == nbytes:
+        return kept
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    if nbytes <= SCRATCH_KEPT:
+        _scratches.buffer = buffer
+    return buffer
 
 
 def size_bound(nbytes: int) -> int:
@@ -220,13 +243,26 @@ class CodecChain:
     ignored: tuple[str, ...] = ()
     # What has been said about this chain's chunks once (the z5 gzip quirk).
     _said: set[str] = field(default_factory=set, compare=False, repr=False)
+    # The stored elements' dtype where a chain decodes them to another byte order
+    # than its ``bytes`` stage says (``serving``); None: as that stage says.
+    stored_as: np.dtype | None = None
+
+    def serving(self, dtype: np.dtype) -> CodecChain:
+        """This chain decoding the same stored bytes to ``dtype``: the same elements
+        in another byte order (a view that wants them big-endian)."""
+        dtype = np.dtype(dtype)
+        if not _reordered(self.stored_dtype, dtype):
+            raise ValueError(f"{dtype} is not {self.stored_dtype} in another byte order")
+        return replace(self, dtype=dtype, stored_as=self.stored_dtype)
 
     @property
     def decodes_into(self) -> bool:
         """Whether ``decode`` can decompress into a caller's buffer (``out``):
         one compressor that ``bounded`` decodes, no filter, no byte swap. Never
         raises (a codec that cannot be built fails in ``decode``)."""
-        if not isinstance(self.array_bytes, BytesSerializer) or self.stored_dtype != self.dtype:
+        if not isinstance(self.array_bytes, BytesSerializer):
+            return False
+        if self.stored_dtype != self.dtype and not _reordered(self.stored_dtype, self.dtype):
             return False
         if len(self.bytes_bytes) != 1 or not all(
             isinstance(s, Transpose) for s in self.array_array
@@ -241,6 +277,8 @@ class CodecChain:
     @property
     def stored_dtype(self) -> np.dtype:
         """The dtype of the stored elements (the ``bytes`` codec's byte order)."""
+        if self.stored_as is not None:
+            return self.stored_as
         endian = getattr(self.array_bytes, "endian", None)
         return self.dtype.newbyteorder(">") if endian == "big" else self.dtype
 
@@ -283,12 +321,23 @@ class CodecChain:
             arr = stage.decode_array(encoded, shapes[-1])
             return self._undo_array_stages(arr, shapes)
         expected = math.prod(shape) * self.dtype.itemsize
-        raw = self.decode_bytes(data, expected, out=out)
+        turned = self.stored_dtype != self.dtype
+        # Elements turned round are decoded beside ``out`` and turned into it in one
+        # pass, while they are in the CPU's cache (in place, numpy would copy each
+        # piece aside first).
+        into = _scratch(expected) if turned and out is not None else out
+        raw = self.decode_bytes(data, expected, out=into)
         if len(raw) != expected:
             raise ValueError(f"decoded {len(raw)} bytes, expected {expected}")
         arr = raw.view(self.stored_dtype).reshape(shapes[-1])
-        if self.stored_dtype != self.dtype:
-            arr = arr.astype(self.dtype)
+        if turned:
+            usable = out is not None and out.nbytes == expected and out.dtype == np.uint8
+            if usable and not np.may_share_memory(raw, out):
+                converted = out.view(self.dtype).reshape(shapes[-1])
+                np.copyto(converted, arr)
+                arr = converted
+            else:
+                arr = arr.astype(self.dtype)
         return self._undo_array_stages(arr, shapes)
 
     def _undo_array_stages(self, arr: np.ndarray, shapes: list[tuple[int, ...]]) -> np.ndarray:

@@ -168,9 +168,7 @@ def read_ome(meta: ArrayMeta, around: Surroundings) -> tuple[tuple[Axis, ...] | 
         scale, shift = [1.0] * ndim, [0.0] * ndim
         _apply(dataset.get("coordinateTransformations"), scale, shift)
         _apply(multiscale.get("coordinateTransformations"), scale, shift)
-        placed = tuple(
-            Axis(a.name, a.type, a.unit, s, t) for a, s, t in zip(axes, scale, shift)
-        )
+        placed = tuple(Axis(a.name, a.type, a.unit, s, t) for a, s, t in zip(axes, scale, shift))
         return placed, _version_text(version, multiscale)
     return NOTHING
 
