@@ -29,11 +29,6 @@ def twin_path(path: str) -> str:
     return path + TWIN_MARK
 
 
-def needs_twin(meta: ArrayMeta) -> bool:
-    """Elements of more than one byte stored little-endian."""
-    return meta.dtype.itemsize > 1 and meta.dtype.newbyteorder(">") != meta.dtype
-
-
 def big_endian(meta: ArrayMeta) -> ArrayMeta:
     """``meta``'s twin: the same chunks, decoded big-endian."""
     dtype = meta.dtype.newbyteorder(">")
