@@ -140,6 +140,27 @@ def test_what_write_back_tells_the_cache_reaches_the_twin(tmp_path: Path) -> Non
     trio.run(check)
 
 
+def test_a_shard_replaced_by_write_back_reaches_the_twin(tmp_path: Path) -> None:
+    """Write-back's shard replace, as it tells the cache: the twin reads the new
+    shard by its new index, not its inner chunks at the old offsets."""
+    data = make(tmp_path, "shards")
+    state, cache = state_of(tmp_path)
+    z = zarr.open_array(str(tmp_path), mode="r+")
+    new = np.random.default_rng(2).standard_normal((8, 15)).astype("<f4")  # other sizes
+
+    async def check() -> None:
+        assert await stream(state) == big(data)
+        cache.begin_replace(state.meta, (0, 0))
+        z[:8, :15] = new
+        data[:8, :15] = new
+        for index in [(i, j) for i in range(2) for j in range(3)]:  # the shard's chunks
+            cache.forget("", index)
+        cache.end_replace("", (0, 0), object())  # its index: read again when needed
+        assert await stream(state) == big(data)
+
+    trio.run(check)
+
+
 def test_a_resize_is_followed(tmp_path: Path) -> None:
     data = make(tmp_path, "tiles")
     state, _ = state_of(tmp_path)
