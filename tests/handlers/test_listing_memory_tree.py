@@ -259,3 +259,45 @@ def test_a_group_of_more_arrays_than_kept_loaded_is_listed_in_linear_work(
     assert sum(p.endswith("/array.raw") for p in seen) == arrays
     assert "g0/group.nc" in seen
     assert loads <= 10 * arrays, loads  # (each array: its listing, lookups, views)
+
+
+def test_a_listing_leaves_the_size_of_group_nc_to_its_first_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing a group answers without working out ``group.nc`` (every array of the
+    group parsed): it is given as of size 0, cached for no time, so that the
+    kernel asks its first lookup, which gives the size; once made, listings give it."""
+    root = tmp_path / "s.zarr"
+    write_one_line(root, groups=1, arrays=50)
+    told: dict[bytes, pyfuse3.EntryAttributes] = {}
+
+    def reply(token: object, name: bytes, attr: pyfuse3.EntryAttributes, next_id: int) -> bool:
+        told[name] = attr
+        return True
+
+    monkeypatch.setattr(operations_module.pyfuse3, "readdir_reply", reply)
+    ops = build_operations(str(root), MountOptions(read_only=True))
+
+    async def listed(inode: int) -> None:
+        fh = await ops.opendir(inode, None)
+        await ops.readdir(fh, 0, None)
+        await ops.releasedir(fh)
+
+    async def check() -> None:
+        group = (await ops.lookup(ROOT, b"g0", None)).st_ino
+        await listed(group)
+        node = ops.tree.resolve("g0/group.nc")
+        assert isinstance(node, FileNode) and node.view.size_at_hand() is None
+        listed_attr = told[b"group.nc"]
+        assert listed_attr.st_size == 0
+        assert listed_attr.attr_timeout == 0 and listed_attr.entry_timeout == 0
+        assert told[b"a0"].attr_timeout > 0  # the others as ever
+        looked_up = await ops.lookup(group, b"group.nc", None)
+        fh = (await ops.open(looked_up.st_ino, os.O_RDONLY, None)).fh
+        data = await ops.read(fh, 0, 1 << 20)
+        await ops.release(fh)
+        assert looked_up.st_size == len(data) > 0 and looked_up.attr_timeout > 0
+        await listed(group)
+        assert told[b"group.nc"].st_size == len(data) and told[b"group.nc"].attr_timeout > 0
+
+    trio.run(check)

@@ -198,6 +198,18 @@ class Operations(pyfuse3.Operations):
                 self._attrs.popitem(last=False)
         return attr
 
+    def listed_attributes(self, node: Node) -> pyfuse3.EntryAttributes:
+        """What a listing (READDIRPLUS) gives of a node: its attributes, but a file
+        whose size would cost more than a listing should (``group.nc``: every array
+        of its group parsed) is given as of size 0 and cached for no time, so that the
+        kernel asks its first lookup or stat, which works the size out."""
+        if isinstance(node, FileNode) and node.view.size_at_hand() is None:
+            attr = self._new_attributes(node, self.inodes.inode_of(node))
+            attr.entry_timeout = attr.attr_timeout = 0
+            attr.st_size = attr.st_blocks = 0
+            return attr
+        return self.attributes(node)
+
     def _fresh_document(self, node: Node) -> bool:
         """A metadata document of a write mount: a flush may rewrite it at any time,
         so the kernel keeps neither its size nor its pages."""
@@ -308,7 +320,7 @@ class Operations(pyfuse3.Operations):
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self.dirs.get(fh)
         names, nodes = listing.names, listing.nodes
-        attributes = self.attributes
+        attributes = self.listed_attributes
         for position in range(start_id, len(names)):
             if not pyfuse3.readdir_reply(
                 token, names[position], attributes(nodes[position]), position + 1

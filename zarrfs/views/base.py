@@ -41,6 +41,12 @@ class View(ABC):
     # ``bytes_read`` (core/counters.py).
     reads_counted = False
 
+    def size_at_hand(self) -> int | None:
+        """The size, or None where working it out would cost more than a listing
+        should (``group.nc``: every array of its group): then it is asked at the
+        file's first lookup or stat."""
+        return self.size
+
     def prefetch(self, offset: int) -> None:  # noqa: B027 - only array views read ahead
         """A reader streams sequentially and will soon ask for ``offset`` onwards."""
 

@@ -98,6 +98,9 @@ class NetcdfView(View):
     def size(self) -> int:
         return self._file()[0].size
 
+    def size_at_hand(self) -> int | None:
+        return self._made.size if self._kept() is not None and self._made else None
+
     def _at(self, made: GroupFile, offset: int) -> Placed | None:
         """The variable whose data or padding holds ``offset`` (None: the header)."""
         index = bisect.bisect_right(self._begins, offset) - 1

@@ -280,3 +280,17 @@ def test_group_nc_follows_a_resize_and_refuses_writes(tmp_path: Path) -> None:
             assert temp.shape == (5, 6, 8)
             assert np.array_equal(temp[4], row)
             assert np.array_equal(temp[:4], zarr_values(root, "temp")[:4], equal_nan=True)
+
+
+def test_a_listing_then_stat_gives_the_size_read(tmp_path: Path) -> None:
+    """The kernel is given group.nc's size at its first lookup, not by the listing
+    (which leaves it to then): ``ls -l`` after ``ls`` shows the size a read finds."""
+    root = tmp_path / "s.zarr"
+    group = zarr.open_group(root, mode="w", zarr_format=2)
+    for n in range(5):
+        group.create_array(f"a{n}", shape=(4, 3), dtype="<f4")[...] = n
+    with mounted(root, log_dir=tmp_path) as m:
+        rows = [line.split() for line in run("ls", "-l", m.path).splitlines()]
+        size = len((m / NC).read_bytes())
+        assert [row[4] for row in rows if row[-1] == NC] == [str(size)]
+        assert NC in os.listdir(m.path) and os.stat(m / NC).st_size == size > 0

@@ -284,6 +284,11 @@ def test_names(name: str, expected: str | None) -> None:
     assert valid_name(name) == expected
 
 
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=300))
+def test_plain_names_take_the_short_way_to_the_same_name(name: str) -> None:
+    assert valid_name(name) == encoding.made_valid(name)
+
+
 def test_names_that_become_one_keep_the_first() -> None:
     a = np.zeros(2, "<f4")
     arrays = {"a\tb": (a, meta(a)), "a\nb": (a, meta(a))}

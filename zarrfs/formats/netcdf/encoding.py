@@ -14,6 +14,7 @@ CDF-2 unless a variable needs CDF-5.
 from __future__ import annotations
 
 import math
+import re
 import struct
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -90,11 +91,22 @@ def padded(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+# Printable ASCII without space or ``/``, led by a letter, a digit or ``_``.
+_PLAIN = re.compile(rf"[A-Za-z0-9_][!-.0-~]{{0,{MAX_NAME_BYTES - 1}}}")
+
+
 def valid_name(name: str) -> str | None:
     """``name`` as netCDF-C accepts names (NFC UTF-8; first character a letter, a
     digit, ``_`` or not ASCII; no ``/``, no control character, no trailing
     space; at most 256 bytes): other characters are replaced by ``_``. None
     when nothing of it is left, or it is too long."""
+    if _PLAIN.fullmatch(name):  # most names: nothing to change
+        return name
+    return made_valid(name)
+
+
+def made_valid(name: str) -> str | None:
+    """``valid_name`` the long way, for any text."""
     try:
         name = unicodedata.normalize("NFC", name)
     except (TypeError, ValueError):

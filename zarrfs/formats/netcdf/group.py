@@ -26,7 +26,7 @@ import base64
 import binascii
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -151,21 +151,32 @@ def _kept(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k not in _OWN and not k.startswith("_nczarr")}
 
 
-def _dimension(dims: dict[str, int], name: str, length: int) -> int:
-    """The index of dimension ``name`` of ``length``, made if new; renamed
-    ``<name>_<length>`` (then numbered) where ``name`` has another length."""
-    candidates = [name, f"{name}_{length}"]
-    candidates += [f"{name}_{length}_{n}" for n in range(2, 6)]
-    for candidate in candidates:
+def _dimension(dims: dict[str, tuple[int, int]], name: str, length: int) -> int:
+    """The index of dimension ``name`` of ``length`` in ``dims`` (name: index,
+    length), made if new; renamed ``<name>_<length>`` (then numbered) where ``name``
+    has another length."""
+    for candidate in _renamed(name, length):
         valid = valid_name(candidate)
-        if valid is not None and dims.get(valid, length) == length:
-            dims[valid] = length
-            return list(dims).index(valid)
+        if valid is None:
+            continue
+        found = dims.get(valid)
+        if found is None:
+            dims[valid] = (len(dims), length)
+            return len(dims) - 1
+        if found[1] == length:
+            return found[0]
     fallback = f"dim_{len(dims)}"
     while fallback in dims:
         fallback += "_"
-    dims[fallback] = length
+    dims[fallback] = (len(dims), length)
     return len(dims) - 1
+
+
+def _renamed(name: str, length: int) -> Iterator[str]:
+    yield name
+    yield f"{name}_{length}"
+    for n in range(2, 6):
+        yield f"{name}_{length}_{n}"
 
 
 def _decoded_fill(value: Any, dtype: np.dtype) -> Any:
@@ -232,7 +243,7 @@ def _is_coordinate(candidate: _Candidate) -> bool:
 
 
 def _name_dimensions(chosen: list[_Candidate]) -> list[Dimension]:
-    dims: dict[str, int] = {}
+    dims: dict[str, tuple[int, int]] = {}
     for candidate in sorted(chosen, key=lambda c: not _is_coordinate(c)):
         meta = candidate.member.meta
         given = meta.dimension_names or (None,) * len(meta.shape)
@@ -243,7 +254,7 @@ def _name_dimensions(chosen: list[_Candidate]) -> list[Dimension]:
                 name = valid_name(f"dim_{candidate.name}_{axis}") or f"dim_{len(dims)}"
             indexes.append(_dimension(dims, name, length))
         candidate.dimensions = tuple(indexes)
-    return [Dimension(name, length) for name, length in dims.items()]
+    return [Dimension(name, length) for name, (_, length) in dims.items()]
 
 
 def _variable_attributes(
