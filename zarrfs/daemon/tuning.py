@@ -67,7 +67,7 @@ def tune_malloc() -> None:
 
 
 # Allocations between collections of the youngest generation (CPython's default: 700).
-GC_YOUNG_THRESHOLD = 20_000
+GC_YOUNG_THRESHOLD = 100_000
 
 
 def tune_gc() -> None:
