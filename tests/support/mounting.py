@@ -12,6 +12,7 @@ import errno
 import functools
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,10 @@ def cap_address_space(nbytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
 
 
+# Signals a crashed process dies of (not those a test or the kernel sends to stop one).
+CRASHES = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
+
+
 @contextmanager
 def mounted(
     store: str | Path,
@@ -175,3 +180,7 @@ def mounted(
         daemon_logs.ended(log_file)
     # Only reached when the body succeeded: a file it left open or mapped is its bug.
     assert busy is None, f"mount was busy at unmount (a file left open or mapped?): {busy}"
+    # Whatever its exit status says of the data, the daemon must not have crashed.
+    assert -process.returncode not in CRASHES, (
+        f"the daemon died of signal {-process.returncode}:\n{log_file.read_text()[-4000:]}"
+    )

@@ -16,6 +16,8 @@ import itertools
 import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -45,8 +47,16 @@ def _name_native_thread(name: str) -> None:
         libc.pthread_setname_np(libc.pthread_self(), name.encode()[:15])
 
 
+# Every pool made, so that the daemon can let their threads end before it exits.
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+# A stop goes before every job still queued (those are dropped: nobody waits for
+# them once the loop has ended).
+_STOP = -1
+
+
 class WorkerPool:
     def __init__(self, threads: int, name: str = "zarrfs-worker") -> None:
+        _POOLS.add(self)
         self.threads = threads
         self._name = name
         self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], None]]] = (
@@ -71,6 +81,8 @@ class WorkerPool:
         _name_native_thread(threading.current_thread().name)
         while True:
             _, _, job = self._queue.get()
+            if job is None:  # stop
+                return
             job()
             # An idle worker must not keep its last job (its arguments, its result
             # or a traceback holding a decoded buffer) alive until the next one.
@@ -112,6 +124,15 @@ class WorkerPool:
 
         self._queue.put((priority, next(self._order), job))
 
+    def stop(self) -> list[threading.Thread]:
+        """Each thread ends after the job it is on (the jobs queued are dropped); the
+        threads, to join."""
+        with self._lock:
+            threads, self._started = self._started, []
+        for _ in threads:
+            self._queue.put((_STOP, next(self._order), None))  # type: ignore[arg-type]
+        return threads
+
     async def run(self, fn: Callable[..., T], *args: Any, priority: int = URGENT) -> T:
         """``fn(*args)`` in a worker thread; its result or exception, in the trio thread.
 
@@ -127,6 +148,21 @@ class WorkerPool:
         self.submit(fn, *args, priority=priority, on_done=deliver)
         await done.wait()
         return result[0].unwrap()
+
+
+def stop_all(timeout: float) -> bool:
+    """Let every pool's threads end, waiting up to ``timeout`` seconds; whether all did.
+
+    Worker threads are daemon threads: at exit the interpreter would tear down what
+    a thread still decoding refers to while its C code (a decompressor, with the GIL
+    released) writes into it, corrupting the heap. A daemon that has unmounted (every
+    flush done, the loop ended) stops them first.
+    """
+    threads = [thread for pool in list(_POOLS) for thread in pool.stop()]
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0))
+    return not any(thread.is_alive() for thread in threads)
 
 
 def default_threads() -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
+from zarrfs.core import pool
 from zarrfs.daemon.build import MountOptions
 from zarrfs.daemon.runstate import RunState, Unstored
 from zarrfs.daemon.storelock import StoreLock
@@ -94,6 +95,9 @@ def _fuse_init(ops: Operations, mountpoint: str, options: MountOptions) -> None:
 # Seconds after mounting when temporary files of an earlier run are looked for, and
 # the pause after each directory of the walk (10 000 directories: 10 s of walking).
 CLEANUP_DELAY = 5.0
+# How long an unmounted daemon waits for its worker threads' jobs under way (a
+# decode, a fetch) before it exits anyway.
+WORKERS_STOP_TIMEOUT = 10.0
 CLEANUP_PAUSE = 0.001
 
 
@@ -230,6 +234,10 @@ def serve(
         ops.tree.store.release_writer_lease()
         if lock is not None:
             lock.close()
+        # Read-ahead may still be decoding: its threads end before the interpreter
+        # tears down what they write into (core/pool.py).
+        if not pool.stop_all(WORKERS_STOP_TIMEOUT):
+            log.warning("worker threads still busy %.0f s after unmounting", WORKERS_STOP_TIMEOUT)
 
 
 def _serve_mounted(

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trio
+import zarr
 
 from tests.support.mounting import mounted
 from tests.support.stores import zlib_array
@@ -62,3 +63,25 @@ def test_streamed_reads_through_a_mount_see_writes(tmp_path: Path) -> None:
         assert raw.read_bytes() == data.tobytes()
         assert float(np.asarray(mapped).sum()) == float(data.sum())
         del mapped
+
+
+def test_the_daemon_exits_cleanly_while_read_ahead_decodes(tmp_path: Path) -> None:
+    """Unmounted while its decoders still inflate tiles read ahead (libdeflate, with
+    the GIL released), the daemon lets them end before it exits: its interpreter's
+    teardown freed what they wrote into, and glibc aborted (``free(): corrupted``)
+    or the process crashed, most times. ``mounted`` fails on a crash signal."""
+    root = tmp_path / "tiles.zarr"
+    data = np.random.default_rng(0).random((2048, 8192), dtype=np.float32)  # 64 MiB
+    z = zarr.create_array(
+        str(root), shape=data.shape, chunks=(256, 1024), dtype="<f4", zarr_format=2,
+        compressors=[{"id": "zlib", "level": 1}],
+    )  # fmt: skip
+    z[...] = data
+    size = data.nbytes
+    for _ in range(3):
+        with mounted(root, "--read-only") as m, open(m / "array.raw", "rb") as f:
+            while f.read(1 << 20):
+                pass
+            # Read again from the start: the stripes after it are read ahead.
+            assert os.pread(f.fileno(), 1 << 20, 0) == data[:32].tobytes()
+            assert os.pread(f.fileno(), 1 << 20, size - (1 << 20)) == data[-32:].tobytes()

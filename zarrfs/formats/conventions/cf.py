@@ -379,6 +379,16 @@ def _attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def carried_attributes(meta: ArrayMeta) -> dict[str, Any]:
+    """The attributes of ``meta`` that files for other tools pass through (bounded,
+    printable, JSON scalars and lists): ``Conventions.attributes``, without working
+    out the rest of the facts."""
+    try:
+        return _attributes(meta.attrs if isinstance(meta.attrs, Mapping) else {})
+    except Exception:  # hostile attributes of a shape not foreseen: none
+        return {}
+
+
 # -- the facts -----------------------------------------------------------------------
 
 _CF_WORDS = ("grid_mapping", "_FillValue", "missing_value", "scale_factor", "add_offset")

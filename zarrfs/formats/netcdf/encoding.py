@@ -239,9 +239,10 @@ def header(
     variables: Sequence[Variable],
     global_attributes: Sequence[Attribute],
     version: int,
-    begins: Sequence[int],
-) -> bytes:
-    """The header's bytes, variables' data starting at ``begins``."""
+) -> tuple[bytearray, list[int]]:
+    """The header's bytes with every variable's data beginning at 0, and where in
+    them each variable's begin is (8 bytes, big-endian): offsets have a fixed
+    width, so the header's length does not depend on them."""
     out = _Writer(version)
     out.parts.append(b"CDF" + bytes([version]))
     out.parts.append(out.count(0))  # numrecs: no record variable
@@ -251,7 +252,8 @@ def header(
         out.parts.append(out.count(d.length))
     out.attributes(global_attributes)
     out.list_tag(NC_VARIABLE, len(variables))
-    for v, begin in zip(variables, begins, strict=True):
+    places = []
+    for v in variables:
         out.name(v.name)
         out.parts.append(out.count(len(v.dimensions)))
         for index in v.dimensions:
@@ -261,8 +263,15 @@ def header(
         # CDF-2 reads a variable's size as an unsigned word (version_for keeps it in).
         vsize = struct.pack(">q" if version == CDF5 else ">I", padded(v.nbytes))
         out.parts.append(vsize)
-        out.parts.append(struct.pack(">q", begin))
-    return b"".join(out.parts)
+        places.append(len(out.parts))
+        out.parts.append(bytes(8))
+    # Where each begin lies: the lengths of the parts before it.
+    at, positions, previous = 0, [], 0
+    for place in places:
+        at += sum(map(len, out.parts[previous:place]))
+        positions.append(at)
+        previous = place
+    return bytearray(b"".join(out.parts)), positions
 
 
 @dataclass(frozen=True)
@@ -286,15 +295,14 @@ def layout(
     multiple of DATA_ALIGN (default: ALIGNED_FROM)."""
     aligned_from = ALIGNED_FROM if aligned_from is None else aligned_from
     version = version_for(dimensions, variables)
-    zeros = [0] * len(variables)
-    # Offsets have a fixed width: the header's length does not depend on them.
-    start = padded(len(header(dimensions, variables, global_attributes, version, zeros)))
+    text, positions = header(dimensions, variables, global_attributes, version)
+    text += bytes(padded(len(text)) - len(text))
+    start = len(text)
     begins = []
-    for v in variables:
+    for v, position in zip(variables, positions, strict=True):
         if v.nbytes >= aligned_from:
             start = -(-start // DATA_ALIGN) * DATA_ALIGN
         begins.append(start)
+        struct.pack_into(">q", text, position, start)
         start += padded(v.nbytes)
-    text = header(dimensions, variables, global_attributes, version, begins)
-    text += bytes(padded(len(text)) - len(text))
-    return Layout(text, tuple(begins), start, version)
+    return Layout(bytes(text), tuple(begins), start, version)

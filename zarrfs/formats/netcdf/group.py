@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from zarrfs.formats.conventions import conventions_of
+from zarrfs.formats.conventions import cf
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.formats.netcdf import encoding
 from zarrfs.formats.netcdf.encoding import (
@@ -144,7 +144,7 @@ def has_netcdf_type(meta: ArrayMeta) -> bool:
 def carried_attributes(meta: ArrayMeta) -> Mapping[str, Any]:
     """The attributes of the array its variable carries: those the conventions pass
     through (bounded, printable, JSON scalars and lists: formats/conventions/cf.py)."""
-    return conventions_of(meta).attributes
+    return cf.carried_attributes(meta)
 
 
 def _kept(values: Mapping[str, Any]) -> dict[str, Any]:
