@@ -24,7 +24,7 @@ from zarrfs.core.counters import Counters
 from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.fuse import kernel
+from zarrfs.fuse import kernel, pages
 from zarrfs.fuse.boundary import boundary
 from zarrfs.fuse.inodes import HandleTable, InodeTable
 from zarrfs.namespace.listing import DirListing
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
-# Seconds a write waits for the kernel to drop the other file's pages (Operations._written).
-SIBLING_WAIT = 1.0
 DIRECT_READS = "reads of array data bypass the page cache (one copy each)"
 NO_DIRECT_READS = (
     "reads of array data go through the page cache (two copies each): this kernel "
@@ -463,73 +461,10 @@ class Operations(pyfuse3.Operations):
         return self.counters.direct_reads
 
     async def _changed(self, inode: int, *, data: bool) -> None:
-        """Tell the kernel that an array's files changed, so no stale page is served.
-
-        ``array.raw`` and ``array.npy`` share their bytes, so both are invalidated:
-        their pages (``data``) where a reading handle may have cached some, else
-        their attributes (size). Runs in a thread.
-        """
-        for target in self._changed_inodes(inode, data=data):
-            await trio.to_thread.run_sync(kernel.invalidate, target, not data)
+        await pages.changed(self, inode, data=data)
 
     async def _written(self, inode: int) -> None:
-        """``_changed`` of the data after a write through ``inode``.
-
-        Where shared writable maps exist (the kernel maps direct I/O files), a write
-        may be the kernel writing back a map's pages, which stay locked until it is
-        answered: dropping them waits for that answer. So the
-        pages of the file written are dropped after the answer (the kernel drops a
-        direct write's range from them itself), and those of its sibling (array.raw
-        for array.npy) before it, but not for longer than SIBLING_WAIT (both files
-        being written back at once would otherwise wait for each other).
-        """
-        if not self.page_cached:
-            return  # no file holds pages: the common case of a stream of writes
-        if not self.direct_maps:
-            await self._changed(inode, data=True)
-            return
-        targets = self._changed_inodes(inode, data=True)
-        if inode in targets:
-            trio.lowlevel.spawn_system_task(self._drop_pages, inode)
-        siblings = [target for target in targets if target != inode]
-        if not siblings:
-            return
-        with trio.move_on_after(SIBLING_WAIT):
-            for target in siblings:
-                await trio.to_thread.run_sync(
-                    kernel.invalidate, target, False, abandon_on_cancel=True
-                )
-
-    async def _drop_pages(self, inode: int) -> None:
-        await trio.to_thread.run_sync(kernel.invalidate, inode, False)
-
-    def _changed_inodes(self, inode: int, *, data: bool) -> list[int]:
-        """The inodes of the files sharing ``inode``'s bytes whose pages (``data``)
-        or attributes the kernel may hold."""
-        parent = self.inodes.parent(inode)
-        if parent is None or not self.mounted:
-            return []
-        targets = []
-        files = list(self.tree.entries(parent).values())
-        group = parent.parent
-        if not data and group is not None and self.tree.listed(group):
-            # A group's files made from its arrays (group.nc) change size with them.
-            files += [n for n in self.tree.entries(group).values() if isinstance(n, FileNode)]
-        for sibling in files:
-            if not isinstance(sibling, FileNode):
-                continue
-            view = sibling.view
-            if not (view.writable or (view.volatile and not data)):
-                continue  # metadata documents change at flush; info's size with the shape
-            sibling_inode = self.inodes.inode_of(sibling)
-            if data:
-                # No read since the last invalidation: the kernel holds no pages of it
-                # (writing handles use direct I/O), so a stream of writes pays once.
-                if sibling_inode not in self.page_cached:
-                    continue
-                self.page_cached.discard(sibling_inode)
-            targets.append(sibling_inode)
-        return targets
+        await pages.written(self, inode)
 
     # -- the tree's shape is the store's: no names are created, removed or renamed ----
 
