@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench [--size-mb 1024] [--only read-seq,metadata]
                               [--random-ops 20000] [--tmp-dir /var/tmp]
+                              [--profile DIR]
 
 Each section (bench/sections.py) prints its figures as it goes; a table of all of
 them ends the run. Exit status: 0 when every target is met, 1 when one is missed,
@@ -17,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import profiling
 from bench.context import Bench
 from bench.results import BenchError, Result, print_result, print_table
 from bench.sections import SECTIONS
@@ -73,6 +75,14 @@ def parse_args() -> argparse.Namespace:
         default=Path("/var/tmp"),
         help="where the stores go, on disk (default /var/tmp)",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record the zarrfs daemon with perf during each measured read, write and "
+        "listing; reports in DIR (bench/profiling.py)",
+    )
     args = parser.parse_args()
     if args.size_mb < READERS or args.random_ops < 1:
         parser.error(f"--size-mb must be >= {READERS}, --random-ops >= 1")
@@ -93,6 +103,17 @@ def main() -> int:
     if problem:
         print(f"bench: error: {problem}", file=sys.stderr)
         return 2
+    if args.profile is not None:
+        try:
+            profiling.enable(args.profile.resolve())
+        except (BenchError, OSError) as e:
+            print(f"bench: error: {e}", file=sys.stderr)
+            return 2
+        print(
+            f"profiles in {args.profile}: perf's sampling takes CPU from the daemons it "
+            "records, so the figures of this run are for finding where time goes, not "
+            "for comparing"
+        )
     try:
         work = Path(tempfile.mkdtemp(prefix="zarrfs-bench-", dir=args.tmp_dir.resolve()))
     except OSError as e:

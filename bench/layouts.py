@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,9 +39,11 @@ import zarr
 import zarr.codecs
 
 from bench import cpumeter
+from bench.ceilings import MODES, Ceiling, read_ceiling
 from bench.context import Bench
 from bench.data import CODECS, COLUMNS, MiB, blosc_lz4_v3, same_bits, store_bytes, warm
-from bench.mounting import dd_command, memfs_mounted, metered_dd
+from bench.mounting import metered_dd
+from bench.profiling import profiled
 from bench.reads import npy_sum, tensorstore_read, zarr_sum
 from bench.results import BenchError, Result, reference, versus
 
@@ -184,15 +185,16 @@ def zarrfs_round(b: Bench, store: Path, data: np.ndarray, what: str, *options: s
     return elapsed, text, usage.busy
 
 
-def npy_round(b: Bench, store: Path) -> tuple[float, float, str]:
+def npy_round(b: Bench, store: Path) -> tuple[float, float, str, float]:
     """``np.load(array.npy, mmap_mode="r").sum()`` on a fresh mount: the sum, its
-    seconds, and where the CPU went."""
-    with b.mount(store) as m:
+    seconds, where the CPU went, and the machine's CPU seconds."""
+    with b.mount(store) as m, profiled(m.process.pid, "npy sum"):
         meter = cpumeter.Meter(pid=m.process.pid)
         meter.start()
         total, elapsed = npy_sum(m / "arr" / "array.npy")
         usage = meter.stop()
-    return total, elapsed, cpu_text(usage, {"daemon": usage.watched, "numpy": usage.own})
+    cpu = cpu_text(usage, {"daemon": usage.watched, "numpy": usage.own})
+    return total, elapsed, cpu, usage.busy
 
 
 def run_side(side: Side, mb: float, read: Callable[[], Round]) -> str:
@@ -261,31 +263,52 @@ def read_results(label: str, codec: str, sides: list[Side]) -> tuple[list[Result
     return results, failures
 
 
-def compare_npy(b: Bench, label: str, store: Path, mb: float) -> Result:
-    """``ROUNDS`` alternating rounds of array.npy's mapped sum vs zarr-python's."""
-    zp_times: list[float] = []
-    fs_times: list[float] = []
+def compare_npy(b: Bench, label: str, store: Path, mb: float, case: CaseCpu) -> Result:
+    """``ROUNDS`` alternating rounds of array.npy's mapped sum vs zarr-python's; each
+    side's best round goes into ``case`` (as "npy zarrfs", "npy zarr-python")."""
+    zp_rounds: list[tuple[float, float]] = []  # (seconds, the machine's CPU s)
+    fs_rounds: list[tuple[float, float]] = []
     for n in range(ROUNDS):
+        meter = cpumeter.Meter()
+        meter.start()
         zp_sum, zp_time = zarr_sum(store)
-        fs_sum, fs_time, cpu = npy_round(b, store)
+        zp_busy = meter.stop().busy
+        fs_sum, fs_time, cpu, fs_busy = npy_round(b, store)
         if not np.isclose(fs_sum, zp_sum, rtol=1e-4):
             raise BenchError(
                 f"layouts npy: sum through the mount {fs_sum} != zarr-python's {zp_sum}"
             )
-        zp_times.append(zp_time)
-        fs_times.append(fs_time)
+        zp_rounds.append((zp_time, zp_busy))
+        fs_rounds.append((fs_time, fs_busy))
         print(
             f"    npy round {n + 1}: z[:].sum() {mb / zp_time:.1f} MiB/s; "
             f"array.npy mapped .sum() {mb / fs_time:.1f} MiB/s"
         )
         print(f"      zarrfs      {cpu}")
+    for name, rounds in (("npy zarrfs", fs_rounds), ("npy zarr-python", zp_rounds)):
+        seconds, busy = min(rounds)
+        case.sides[name] = (mb / seconds, busy / mb)
     return versus(
         f"layouts npy.sum {label} vs zarr-python",
-        mb / min(fs_times),
-        mb / min(zp_times),
+        mb / min(fs_rounds)[0],
+        mb / min(zp_rounds)[0],
         "MiB/s",
         NPY_TARGET,
     )
+
+
+@dataclass
+class CaseCpu:
+    """One case's best rounds, side by side: each side's MiB/s and the machine's CPU
+    seconds per MiB in that round (what the bounds are made of)."""
+
+    label: str
+    sides: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def per_mib(self, *names: str) -> str:
+        return ", ".join(
+            f"{name} {1000 * self.sides[name][1]:.2f}" for name in names if name in self.sides
+        )
 
 
 def layout_case(
@@ -294,11 +317,12 @@ def layout_case(
     codec: str,
     data: np.ndarray,
     failures: list[str],
-    tensorstore: list[TensorstoreBest],
+    cases: list[CaseCpu],
 ) -> list[Result]:
     """One store, made, warmed, read by all three (and the npy sum for NPY_CASE), removed."""
     label = f"{layout.name} v{layout.zarr_format} {codec}"
     store = b.work / f"layouts-{layout.name}-{codec}.zarr"
+    mb = data.nbytes / MiB
     try:
         create_store(store, layout, codec, data)
         warm(store)
@@ -306,14 +330,16 @@ def layout_case(
         print(f"  {layout.describe()}, {codec} (compressed {ratio:.2f}x)")
         sides = compare_reads(b, layout, codec, store, data)
         results, failed = read_results(label, codec, sides)
-        best = sides[1].best()
-        if best is not None:  # for the bounds, once memfs has been measured
-            mb = data.nbytes / MiB
-            tensorstore.append(TensorstoreBest(label, best, sides[1].best_busy() / mb))
+        case = CaseCpu(label)
+        for side in sides:
+            best = side.best()
+            if best is not None:
+                case.sides[side.name] = (best, side.best_busy() / mb)
+        cases.append(case)
         failures += [f"{label}: {failure}" for failure in failed]
         if (layout.name, codec) == NPY_CASE:
             try:  # the reads' results are kept when the npy part fails
-                results.append(compare_npy(b, label, store, data.nbytes / MiB))
+                results.append(compare_npy(b, label, store, mb, case))
             except (BenchError, OSError) as e:
                 failures.append(f"{label} npy.sum: {e}")
         return results
@@ -321,67 +347,63 @@ def layout_case(
         shutil.rmtree(store, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class TensorstoreBest:
-    """tensorstore's best round of one case: its rate and the machine's CPU per MiB."""
-
-    label: str
-    rate: float
-    busy_per_mib: float
-
-
-def fuse_ceiling(b: Bench, nbytes: int) -> tuple[float, str, float]:
-    """The best of ``ROUNDS`` ``dd bs=1M`` of bench/memfs.py serving ``nbytes`` from
-    memory (a pyfuse3 daemon that only slices one buffer, with zarrfs's read-ahead:
-    what FUSE alone allows on this machine): MiB/s, where the CPU went, and the
-    machine's CPU seconds per MiB in that round."""
-    best, cpu, busy = 0.0, "", 0.0
-    for _ in range(ROUNDS):
-        with memfs_mounted(nbytes, b.work) as (path, _log):
-            meter = cpumeter.Meter()
-            meter.start()
-            start = time.perf_counter()
-            subprocess.run(dd_command(path, "/dev/null"), check=True, capture_output=True)
-            rate = nbytes / MiB / (time.perf_counter() - start)
-            usage = meter.stop()
-        if rate > best:
-            best, cpu = rate, cpu_text(usage, {"dd": usage.children})
-            busy = usage.busy / (nbytes / MiB)
-    return best, cpu, busy
+def cpu_bound(case: CaseCpu, serving: Ceiling) -> float | None:
+    """The rate of a daemon that decodes as tensorstore does (the machine's CPU per
+    MiB in its best round) and serves as memfs does, every core busy all the time:
+    zarrfs decodes with the same C libraries, so it cannot do better."""
+    if "tensorstore" not in case.sides:
+        return None
+    return (os.cpu_count() or 1) / (case.sides["tensorstore"][1] + serving.busy_per_mib)
 
 
-def bound_results(
-    ceiling: float, serving_per_mib: float, tensorstore: list[TensorstoreBest]
-) -> list[Result]:
-    """What zarrfs could reach against tensorstore, case by case.
-
-    memfs against the fastest tensorstore read is FUSE alone, decoding free. The
-    CPU bound adds the costs: decoding as tensorstore does (the machine's CPU per
-    MiB in its best round) plus serving as memfs does (its CPU per MiB, dd's
-    copies included), every core busy all the time; zarrfs, which decodes with the
-    same C libraries, cannot do better, and reaches it only without idle time.
-    """
-    if not tensorstore:
+def bound_results(ceiling: Ceiling, cases: list[CaseCpu]) -> list[Result]:
+    """What zarrfs could reach against tensorstore, case by case: the FUSE ceiling
+    against the fastest tensorstore read (FUSE alone, decoding free), and each
+    case's CPU bound."""
+    rates = [case.sides["tensorstore"][0] for case in cases if "tensorstore" in case.sides]
+    if not rates:
         return []
-    fastest = max(tensorstore, key=lambda t: t.rate)
     results = [
         reference(
-            "layouts FUSE ceiling (memfs) vs fastest tensorstore",
-            ceiling,
-            fastest.rate,
+            f"layouts FUSE ceiling ({ceiling.mode}) vs fastest tensorstore",
+            ceiling.rate,
+            max(rates),
             "MiB/s",
             "ceiling",
         )
     ]
-    cores = os.cpu_count() or 1
-    for case in tensorstore:
-        rate = cores / (case.busy_per_mib + serving_per_mib)
-        results.append(
-            reference(
-                f"layouts {case.label} CPU bound vs tensorstore", rate, case.rate, "MiB/s", "bound"
+    for case in cases:
+        rate = cpu_bound(case, ceiling)
+        if rate is not None:
+            ts_rate = case.sides["tensorstore"][0]
+            results.append(
+                reference(
+                    f"layouts {case.label} CPU bound vs tensorstore",
+                    rate,
+                    ts_rate,
+                    "MiB/s",
+                    "bound",
+                )
             )
-        )
     return results
+
+
+def attach_bounds(
+    results: list[Result], cases: list[CaseCpu], direct: Ceiling, page: Ceiling, mapped: Ceiling
+) -> None:
+    """Each case's figures get what bounds them: every side's CPU per MiB in its best
+    round, the CPU bound, and the FUSE ceiling of the same access mode."""
+    for case in cases:
+        reads = case.per_mib("zarrfs", "zarr-python", "tensorstore")
+        rate = cpu_bound(case, direct)
+        within = f"; CPU bound {rate:,.0f} MiB/s" if rate is not None else ""
+        npy = case.per_mib("npy zarrfs", "npy zarr-python")
+        for r in results:
+            if r.section.startswith(f"layouts {case.label} vs "):
+                r.bound = f"machine ms CPU/MiB: {reads}{within}; {direct.text()}"
+            elif r.section.startswith(f"layouts npy.sum {case.label} "):
+                r.bound = f"machine ms CPU/MiB: {npy}; {mapped.text()}"
+    del page  # printed beside the --kernel-cache figures, which have no target
 
 
 def layouts(b: Bench) -> list[Result]:
@@ -392,23 +414,24 @@ def layouts(b: Bench) -> list[Result]:
     )
     results: list[Result] = []
     failures: list[str] = []
-    tensorstore: list[TensorstoreBest] = []
+    cases: list[CaseCpu] = []
     for layout in LAYOUTS:
         for codec in layout.codecs:
             try:
-                results += layout_case(b, layout, codec, data, failures, tensorstore)
+                results += layout_case(b, layout, codec, data, failures, cases)
             except (BenchError, OSError) as e:
                 failures.append(f"{layout.name} v{layout.zarr_format} {codec}: {e}")
     try:
-        ceiling, cpu, serving = fuse_ceiling(b, data.nbytes)
-        print(f"  FUSE ceiling: bench/memfs.py serving {data.nbytes / MiB:.0f} MiB from memory,")
-        print(f"    dd bs=1M {ceiling:.1f} MiB/s; {cpu}")
+        direct, page, mapped = (read_ceiling(b.work, data.nbytes, mode) for mode in MODES)
+        for ceiling in (direct, page, mapped):
+            print(f"  {ceiling.text()}: {ceiling.cpu}")
         print(
             f"  CPU bound of each case: {os.cpu_count()} cores / (tensorstore's CPU s per MiB"
-            f" + memfs's {serving * 1000:.2f} ms per MiB)"
+            f" + memfs's {direct.busy_per_mib * 1000:.2f} ms per MiB with direct_io)"
         )
-        results += bound_results(ceiling, serving, tensorstore)
-    except (BenchError, OSError, subprocess.CalledProcessError) as e:
+        results += bound_results(direct, cases)
+        attach_bounds(results, cases, direct, page, mapped)
+    except (BenchError, OSError) as e:
         failures.append(f"FUSE ceiling: {e}")
     if failures:
         raise BenchError("\n  ".join(failures), results)

@@ -1,8 +1,11 @@
 """Minimal pyfuse3 filesystems served from memory: the ceilings of the benchmark.
 
 - ``MemFS``: one read-only file ``data``; the fastest a single-threaded pyfuse3 +
-  trio daemon can answer reads (the handler returns a slice of a bytes buffer).
-  On exit it prints how many read requests it served.
+  trio daemon can answer reads (the handler returns a slice of a bytes buffer),
+  opened through the page cache, or with ``--direct-io`` as zarrfs opens array
+  data for reading by default (one copy, straight into the reader's buffer; shared
+  maps still allowed where the kernel and libfuse allow them). On exit it prints
+  how many read requests it served.
 - ``TreeFS``: DIRS directories of FILES empty files each, answered from
   precomputed tables; the fastest such a daemon can answer ``ls -R`` and ``stat``.
 
@@ -10,7 +13,7 @@ Each runs in the foreground until unmounted (``fusermount3 -u``); bench/mounting
 starts them. This module imports nothing but pyfuse3 and trio, so that it mounts
 as fast as such a daemon can.
 
-    .venv/bin/python -m bench.memfs SIZE_BYTES MOUNTPOINT
+    .venv/bin/python -m bench.memfs [--direct-io] SIZE_BYTES MOUNTPOINT
     .venv/bin/python -m bench.memfs --tree DIRS FILES MOUNTPOINT
 """
 
@@ -29,9 +32,10 @@ FILE_INODE = pyfuse3.ROOT_INODE + 1
 
 
 class MemFS(pyfuse3.Operations):
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, direct_io: bool = False) -> None:
         super().__init__()
         self.data = data
+        self.direct_io = direct_io
         self.reads = 0
 
     def _attributes(self, inode: int) -> pyfuse3.EntryAttributes:
@@ -71,7 +75,9 @@ class MemFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if flags & (os.O_WRONLY | os.O_RDWR):
             raise pyfuse3.FUSEError(errno.EROFS)
-        return pyfuse3.FileInfo(fh=inode, keep_cache=True)  # as zarrfs opens for reading
+        if self.direct_io:
+            return pyfuse3.FileInfo(fh=inode, direct_io=True)
+        return pyfuse3.FileInfo(fh=inode, keep_cache=True)  # as --kernel-cache opens
 
     async def read(self, fh, off, size):
         self.reads += 1
@@ -134,8 +140,8 @@ def run(ops: pyfuse3.Operations, mountpoint: str, name: str) -> None:
         pyfuse3.close(unmount=True)
 
 
-def serve(size: int, mountpoint: str) -> None:
-    ops = MemFS(os.urandom(size))
+def serve(size: int, mountpoint: str, direct_io: bool = False) -> None:
+    ops = MemFS(os.urandom(size), direct_io)
     run(ops, mountpoint, "memfs")
     print(f"memfs: served {ops.reads} read requests", flush=True)
 
@@ -145,8 +151,10 @@ if __name__ == "__main__":
         run(TreeFS(int(sys.argv[2]), int(sys.argv[3])), sys.argv[4], "treefs")
     elif len(sys.argv) == 3:
         serve(int(sys.argv[1]), sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "--direct-io":
+        serve(int(sys.argv[2]), sys.argv[3], direct_io=True)
     else:
         sys.exit(
-            "usage: python -m bench.memfs SIZE_BYTES MOUNTPOINT"
+            "usage: python -m bench.memfs [--direct-io] SIZE_BYTES MOUNTPOINT"
             " | python -m bench.memfs --tree DIRS FILES MOUNTPOINT"
         )

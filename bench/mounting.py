@@ -25,6 +25,7 @@ import numpy as np
 from bench import cpumeter
 from bench.data import check_file
 from bench.memfs import FILE_NAME
+from bench.profiling import profiled
 from bench.results import BenchError
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: bench/ and zarrfs/
@@ -126,8 +127,9 @@ def mounted(store: str | Path, *options: str, log_dir: Path) -> Iterator[Mounted
 
 
 @contextmanager
-def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
-    """bench/memfs.py serving ``size`` bytes from memory: yields (file path, log file).
+def memfs_mounted(size: int, log_dir: Path, direct_io: bool = False) -> Iterator[tuple[Path, Path]]:
+    """bench/memfs.py serving ``size`` bytes from memory (``direct_io``: opened as
+    zarrfs opens array data by default): yields (file path, log file).
 
     Its kernel read-ahead is raised as zarrfs raises its own (1 MiB by default), so
     both are sent reads of the same size: at the kernel's 128 KiB, memfs answers
@@ -136,18 +138,19 @@ def memfs_mounted(size: int, log_dir: Path) -> Iterator[tuple[Path, Path]]:
     from zarrfs.daemon.build import MountOptions
     from zarrfs.daemon.tuning import set_readahead
 
-    command = [sys.executable, "-m", "bench.memfs", str(size)]
+    mode = ["--direct-io"] if direct_io else []
+    command = [sys.executable, "-m", "bench.memfs", *mode, str(size)]
     with _daemon(command, "memfs", log_dir) as m:
         set_readahead(str(m.path), MountOptions().readahead)
         yield m.path / FILE_NAME, m.log_file
 
 
 @contextmanager
-def treefs_mounted(dirs: int, files: int, log_dir: Path) -> Iterator[Path]:
+def treefs_mounted(dirs: int, files: int, log_dir: Path) -> Iterator[Mounted]:
     """bench/memfs.py serving a tree of ``dirs`` directories of ``files`` files."""
     command = [sys.executable, "-m", "bench.memfs", "--tree", str(dirs), str(files)]
     with _daemon(command, "treefs", log_dir) as m:
-        yield m.path
+        yield m
 
 
 # -- reads and writes through a mount -----------------------------------------------------
@@ -214,10 +217,11 @@ def metered_dd(
         raw = m / "arr" / "array.raw"
         if not raw.is_file():
             raise BenchError(f"{what}: no arr/array.raw under the mount\n{m.tail()}")
-        meter = cpumeter.Meter(pid=m.process.pid, pgid=server)
-        meter.start()
-        elapsed = dd(m, raw, "/dev/null")
-        usage = meter.stop()
+        with profiled(m.process.pid, what):
+            meter = cpumeter.Meter(pid=m.process.pid, pgid=server)
+            meter.start()
+            elapsed = dd(m, raw, "/dev/null")
+            usage = meter.stop()
         check_file(raw, data, what)
     return elapsed, usage
 

@@ -2,8 +2,11 @@
 
 A figure is compared with its reference from the same run (a ratio against a
 target), with a fixed target, or shown beside a reference with no target (what
-bounds it). ``BenchError`` is a section that could not run; it carries what the
-section measured before, which is reported all the same.
+bounds it). A figure may carry its ``bound``: what was measured beside it that says
+what limits it (each side's CPU per MiB, the FUSE ceiling with the same access
+mode); a missed figure is printed with it. ``BenchError`` is a section that could
+not run; it carries what the section measured before, which is reported all the
+same.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class Result:
     ratio: float | None
     target: str
     passed: bool
+    bound: str = ""  # what limits the figure, as measured in the same run
 
 
 class BenchError(Exception):
@@ -34,11 +38,19 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}" if value >= 1000 else f"{value:.1f} {unit}"
 
 
-def versus(section: str, value: float, reference: float, unit: str, target: float) -> Result:
+def versus(
+    section: str, value: float, reference: float, unit: str, target: float, bound: str = ""
+) -> Result:
     """``value`` over ``reference`` (both higher-is-better) against a ratio target."""
     ratio = value / reference
     return Result(
-        section, fmt(value, unit), fmt(reference, unit), ratio, f">= {target}x", ratio >= target
+        section,
+        fmt(value, unit),
+        fmt(reference, unit),
+        ratio,
+        f">= {target}x",
+        ratio >= target,
+        bound,
     )
 
 
@@ -47,14 +59,24 @@ def reference(section: str, value: float, ref: float, unit: str, kind: str = "re
     return Result(section, fmt(value, unit), fmt(ref, unit), value / ref, f"({kind})", True)
 
 
-def at_least(section: str, value: float, unit: str, target: float) -> Result:
-    return Result(section, fmt(value, unit), "-", None, f">= {fmt(target, unit)}", value >= target)
+def at_least(section: str, value: float, unit: str, target: float, bound: str = "") -> Result:
+    passed = value >= target
+    return Result(section, fmt(value, unit), "-", None, f">= {fmt(target, unit)}", passed, bound)
 
 
-def below(section: str, value: float, unit: str, target: float, strict: bool = True) -> Result:
+def below(
+    section: str, value: float, unit: str, target: float, strict: bool = True, bound: str = ""
+) -> Result:
     passed = value < target if strict else value <= target
     sign = "<" if strict else "<="
-    return Result(section, fmt(value, unit), "-", None, f"{sign} {fmt(target, unit)}", passed)
+    return Result(
+        section, fmt(value, unit), "-", None, f"{sign} {fmt(target, unit)}", passed, bound
+    )
+
+
+def cpu_per_mib(name: str, seconds: float, mb: float) -> str:
+    """``name`` 1.23 ms CPU/MiB: a side's CPU seconds over the MiB it moved."""
+    return f"{name} {1000 * seconds / mb:.2f} ms CPU/MiB"
 
 
 def print_result(r: Result) -> None:
@@ -62,6 +84,8 @@ def print_result(r: Result) -> None:
     reference = f"  vs {r.reference}" if r.reference != "-" else ""
     verdict = "PASS" if r.passed else "MISS"
     print(f"  {r.section}: {r.figure}{reference}{ratio}  (target {r.target})  {verdict}")
+    if r.bound and not r.passed:
+        print(f"    bound: {r.bound}")
 
 
 def print_table(results: list[Result], errors: dict[str, str]) -> None:
@@ -79,3 +103,11 @@ def print_table(results: list[Result], errors: dict[str, str]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if n == 0:
             print("  ".join("-" * w for w in widths))
+    missed = [r for r in results if not r.passed]
+    if missed:
+        print(
+            "\nwhat bounds each missed figure, measured in this run (where the time goes:"
+            " python -m bench --profile DIR; docs/benchmarks.md)"
+        )
+        for r in missed:
+            print(f"  {r.section}: {r.bound or 'no bound measured'}")

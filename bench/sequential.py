@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from bench import cpumeter
+from bench.ceilings import DIRECT_IO, MAPPED, read_bound
 from bench.context import Bench
 from bench.data import (
     CHUNK_ROWS,
@@ -29,8 +31,9 @@ from bench.data import (
     warm,
 )
 from bench.mounting import daemon_pid, dd, dd_concurrently, peak_rss_mb
+from bench.profiling import profiled
 from bench.reads import npy_sum, zarr_read, zarr_sum
-from bench.results import BenchError, Result, below, versus
+from bench.results import BenchError, Result, below, cpu_per_mib, versus
 
 READ_SEQ_TARGETS = {"blosc-lz4": 1.5, "zlib-1": 1.0}
 READERS = 4
@@ -47,13 +50,23 @@ def read_seq(b: Bench) -> list[Result]:
         store = b.read_store(codec)
         warm(store)
         with b.mount(store) as m:
-            fs_time = dd(m, m / "arr" / "array.raw", "/dev/null")
+            with profiled(m.process.pid, f"read-seq {codec}"):
+                meter = cpumeter.Meter()
+                meter.start()
+                fs_time = dd(m, m / "arr" / "array.raw", "/dev/null")
+                fs_busy = meter.stop().busy
             check_file(m / "arr" / "array.raw", data, "read-seq")
+        meter = cpumeter.Meter()
+        meter.start()
         out, zp_time = zarr_read(store)
+        zp_busy = meter.stop().busy
         if not np.array_equal(out, data):
             raise BenchError("read-seq: zarr-python read other values than were stored")
         del out
-        results.append(versus(f"read-seq {codec}", mb / fs_time, mb / zp_time, "MiB/s", target))
+        bound = read_bound(b.work, data.nbytes, fs_busy, zp_busy, DIRECT_IO)
+        results.append(
+            versus(f"read-seq {codec}", mb / fs_time, mb / zp_time, "MiB/s", target, bound)
+        )
     return results
 
 
@@ -63,11 +76,18 @@ def read_npy(b: Bench) -> list[Result]:
     print("  np.load(array.npy, mmap_mode='r').sum() on a fresh mount vs z[:].sum()")
     warm(store)
     with b.mount(store) as m:
+        meter = cpumeter.Meter()
+        meter.start()
         fs_sum, fs_time = npy_sum(m / "arr" / "array.npy")
+        fs_busy = meter.stop().busy
+    meter = cpumeter.Meter()
+    meter.start()
     zp_sum, zp_time = zarr_sum(store)
+    zp_busy = meter.stop().busy
     if not np.isclose(fs_sum, zp_sum, rtol=1e-4):
         raise BenchError(f"read-npy: sum through the mount {fs_sum} != zarr-python's {zp_sum}")
-    return [versus("read-npy blosc-lz4", mb / fs_time, mb / zp_time, "MiB/s", 1.0)]
+    bound = read_bound(b.work, b.data().nbytes, fs_busy, zp_busy, MAPPED)
+    return [versus("read-npy blosc-lz4", mb / fs_time, mb / zp_time, "MiB/s", 1.0, bound)]
 
 
 def readers(b: Bench) -> list[Result]:
@@ -81,14 +101,27 @@ def readers(b: Bench) -> list[Result]:
     mb = rows * COLUMNS * 4 / MiB
     print(f"  {READERS} dd of different {mb:.0f} MiB arrays at once vs one alone (fresh mounts)")
     with b.mount(store) as m:
+        meter = cpumeter.Meter()
+        meter.start()
         single = mb / dd(m, m / "a0" / "array.raw", "/dev/null")
-    with b.mount(store) as m:
+        alone = meter.stop()
+    with b.mount(store) as m, profiled(m.process.pid, "readers together"):
+        meter = cpumeter.Meter()
+        meter.start()
         times, wall = dd_concurrently(m, [m / f"a{k}" / "array.raw" for k in range(READERS)])
+        together = meter.stop()
     rates = [mb / t for t in times]
     print("  each reader: " + ", ".join(f"{r:.1f}" for r in rates) + " MiB/s")
+    # What bounds readers at once: the CPU each MiB costs then, against alone, and
+    # whether the cores were idle (a lock or a queue) or all busy (the CPU).
+    bound = (
+        f"machine {cpu_per_mib('alone', alone.busy, mb)}, "
+        f"{cpu_per_mib('together', together.busy, READERS * mb)}; "
+        f"idle {together.idle:.2f} s of {together.busy + together.idle:.2f} s together"
+    )
     return [
-        versus("readers aggregate", READERS * mb / wall, single, "MiB/s", 0.9),
-        versus("readers slowest/fastest", min(rates), max(rates), "MiB/s", 0.5),
+        versus("readers aggregate", READERS * mb / wall, single, "MiB/s", 0.9, bound),
+        versus("readers slowest/fastest", min(rates), max(rates), "MiB/s", 0.5, bound),
     ]
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from bench import cpumeter
+from bench.ceilings import DIRECT_IO, read_bound
 from bench.context import Bench
 from bench.data import (
     COLUMNS,
@@ -32,9 +34,10 @@ from bench.data import (
     warm,
 )
 from bench.mounting import Mounted, dd
+from bench.profiling import profiled
 from bench.reads import tensorstore_read, zarr_read
 from bench.results import BenchError, Result, reference, versus
-from bench.writes import print_bounds, write_ceiling, zarr_python_rewrite, zarrfs_rewrite
+from bench.writes import rewrite_bound, write_ceiling, zarr_python_rewrite, zarrfs_rewrite
 
 SHARDED_COLUMNS = 8192  # a row is 32 KiB of float32
 SHARDED_MAX_MB = 256  # 8192 x 8192
@@ -96,7 +99,10 @@ def sharded_read(b: Bench, data: np.ndarray, failures: list[str]) -> list[Result
     store = b.work / "sharded-read.zarr"
     create_sharded(store, data)
     warm(store)
+    meter = cpumeter.Meter()
+    meter.start()
     out, zp_time = zarr_read(store)
+    zp_busy = meter.stop().busy
     zp_rate = mb / zp_time
     if not same_bits(out, data):
         raise BenchError("sharded read: zarr-python read other values than were stored")
@@ -115,14 +121,19 @@ def sharded_read(b: Bench, data: np.ndarray, failures: list[str]) -> list[Result
     try:
         with b.mount(store) as m:
             raw = sharded_raw(m, "sharded read")
-            fs_rate = mb / dd(m, raw, "/dev/null")
+            with profiled(m.process.pid, "sharded read"):
+                meter = cpumeter.Meter()
+                meter.start()
+                fs_rate = mb / dd(m, raw, "/dev/null")
+                fs_busy = meter.stop().busy
             check_file(raw, data, "sharded read")
     except (BenchError, OSError) as e:
         failures.append(f"zarrfs read: {e}")
         return []
     finally:
         shutil.rmtree(store)
-    results = [versus("sharded read-seq", fs_rate, zp_rate, "MiB/s", TARGETS["read"])]
+    bound = read_bound(b.work, data.nbytes, fs_busy, zp_busy, DIRECT_IO)
+    results = [versus("sharded read-seq", fs_rate, zp_rate, "MiB/s", TARGETS["read"], bound)]
     if ts_rate is not None:  # no target of its own
         results.append(reference("sharded read-seq vs tensorstore", fs_rate, ts_rate, "MiB/s"))
     return results
@@ -158,9 +169,10 @@ def sharded_write(b: Bench, data: np.ndarray, failures: list[str]) -> list[Resul
     if zarrfs is None:
         print(f"  rewrite: zarrfs failed; zarr-python z[:] = data {mb / zp[0]:.1f} MiB/s")
         return []
-    print_bounds("rewrite", mb, zarrfs, zp, ceiling)
+    bound = rewrite_bound(mb, zarrfs, zp, ceiling)
+    print(f"  rewrite: {bound}")
     fs_rate, zp_rate = mb / zarrfs[0], mb / zp[0]
-    return [versus("sharded write-seq", fs_rate, zp_rate, "MiB/s", TARGETS["write"])]
+    return [versus("sharded write-seq", fs_rate, zp_rate, "MiB/s", TARGETS["write"], bound)]
 
 
 def sharded(b: Bench) -> list[Result]:

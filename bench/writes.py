@@ -34,6 +34,7 @@ from bench.context import Bench
 from bench.data import CHUNK_ROWS, CODECS, COLUMNS, MiB, check_store, create_array, make_data
 from bench.layouts import LAYOUT_COLUMNS, LAYOUTS, ROW_BLOCK, create_store
 from bench.mounting import Mounted, dd, dd_command
+from bench.profiling import profiled
 from bench.results import BenchError, Result, versus
 from bench.writefs import writefs_mounted
 
@@ -70,10 +71,11 @@ def zarrfs_rewrite(m: Mounted, source: Path) -> tuple[float, float]:
     """``dd conv=notrunc,fsync`` of ``source`` into arr/array.raw: (seconds, CPU
     seconds of the daemon and dd)."""
     os.sync()  # nothing dirty in the page cache (untimed), as for zarr-python
-    meter = cpumeter.Meter(pid=m.process.pid)
-    meter.start()
-    elapsed = dd(m, source, m / "arr" / "array.raw", "conv=notrunc,fsync")
-    usage = meter.stop()
+    with profiled(m.process.pid, f"rewrite {source.name}"):
+        meter = cpumeter.Meter(pid=m.process.pid)
+        meter.start()
+        elapsed = dd(m, source, m / "arr" / "array.raw", "conv=notrunc,fsync")
+        usage = meter.stop()
     return elapsed, usage.watched + usage.children
 
 
@@ -109,13 +111,13 @@ def write_ceiling(b: Bench, source: Path) -> float:
     return mb / elapsed
 
 
-def print_bounds(
-    what: str, mb: float, zarrfs: tuple[float, float], zp: tuple[float, float], ceiling: float
-) -> None:
-    """The measured bounds beside a rewrite: CPU per MiB and the FUSE ceiling."""
+def rewrite_bound(
+    mb: float, zarrfs: tuple[float, float], zp: tuple[float, float], ceiling: float
+) -> str:
+    """The measured bounds of a rewrite: each side's CPU per MiB and the FUSE ceiling."""
     (fs_time, fs_cpu), (zp_time, zp_cpu) = zarrfs, zp
-    print(
-        f"  {what}: zarrfs {mb / fs_time:.1f} MiB/s, {1000 * fs_cpu / mb:.2f} ms CPU/MiB "
+    return (
+        f"zarrfs {mb / fs_time:.1f} MiB/s, {1000 * fs_cpu / mb:.2f} ms CPU/MiB "
         f"(daemon + dd); zarr-python {mb / zp_time:.1f} MiB/s, {1000 * zp_cpu / mb:.2f} ms "
         f"CPU/MiB; FUSE ceiling (bench/writefs.py, same dd) {ceiling:.0f} MiB/s"
     )
@@ -144,8 +146,9 @@ def rewrite_case(
         shutil.rmtree(fs_store, ignore_errors=True)
         shutil.rmtree(zp_store, ignore_errors=True)
     mb = data.nbytes / MiB
-    print_bounds(what, mb, zarrfs, zp, ceiling)
-    return versus(f"write-seq {what}", mb / zarrfs[0], mb / zp[0], "MiB/s", TARGET)
+    bound = rewrite_bound(mb, zarrfs, zp, ceiling)
+    print(f"  {what}: {bound}")
+    return versus(f"write-seq {what}", mb / zarrfs[0], mb / zp[0], "MiB/s", TARGET, bound)
 
 
 def rows_case(b: Bench, codec: str, source: Path, data: np.ndarray, ceiling: float) -> Result:

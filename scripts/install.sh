@@ -39,7 +39,7 @@ pkg_installed() {
 # (each test that runs one fails loudly without it: never a skip). Keep this list in
 # step with tests/process/test_install.py, which checks every program named there is
 # on PATH.
-PACKAGES=(fuse3 pkg-config gcc libc6-dev meson ninja-build patch xz-utils fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin cdo nco libtiff-tools imagej nodejs)
+PACKAGES=(fuse3 pkg-config gcc libc6-dev meson ninja-build patch xz-utils fio attr util-linux mount coreutils findutils gdal-bin netcdf-bin cdo nco libtiff-tools imagej nodejs linux-perf)
 need=()
 for pkg in "${PACKAGES[@]}"; do
     pkg_installed "$pkg" || need+=("$pkg")

@@ -47,6 +47,7 @@ PROGRAMS = {
     "tiffdump": "libtiff-tools",
     "imagej": "imagej",  # opens array.tif as a stack, headless: the TIFF view's tests
     "node": "nodejs",  # runs Azurite, the Azure emulator: tests/support/clouds.py
+    "perf": "linux-perf",  # python -m bench --profile: bench/profiling.py
     # scripts/build_libfuse.sh builds libfuse and pyfuse3 with them
     "gcc": "gcc",
     "meson": "meson",
