@@ -3,8 +3,9 @@ the remote store a cache wrapper is tested over (tests/unit/stores/test_diskcach
 
 Each ``set`` gives the key a new version tag; ``fetch``/``fetch_ranges`` with
 ``unless`` naming the current version answer UNCHANGED (a 304: nothing read).
+``versions`` lists the keys under a prefix with their tags (None past ``most``).
 ``requests`` counts requests by kind and key: ("fetch", key), ("unchanged", key),
-("ranges", key), ("stat", key)."""
+("ranges", key), ("stat", key), ("versions", prefix)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ class VersionedStore(Store):
         with self._lock:
             self.requests[(kind, key)] += 1
             return self._values.get(key)
+
+    def peek(self, key: str) -> bytes:
+        """A value as stored, without a request (the test's own look)."""
+        with self._lock:
+            return self._values[key][0]
 
     def count(self, kind: str | None = None) -> int:
         """Requests so far (of one kind: "fetch", "unchanged", "ranges", "stat")."""
@@ -111,6 +117,17 @@ class VersionedStore(Store):
 
     def list_dir(self, prefix: str) -> Listing:
         return Listing((), ())
+
+    def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+        self._count("versions", prefix)
+        start = f"{prefix}/" if prefix else ""
+        with self._lock:
+            found = {
+                key[len(start) :]: version.tag
+                for key, (_, version) in self._values.items()
+                if key.startswith(start)
+            }
+        return found if len(found) <= most else None
 
     def describe(self) -> str:
         return "memory://test"

@@ -99,6 +99,11 @@ class AzureStore(ObjectStore):
         self._endpoint = endpoint or f"https://{account}.blob.core.windows.net"
         self._connect(_Bucket, settings, scheme, lambda e: cloud_config.scrub(e, _SECRETS, secrets))
 
+    def _listed_tag(self, meta: Any) -> str | None:
+        """A listing names the ETag without the quotes a GET's header has."""
+        tag = self._version(meta).tag
+        return tag if tag.startswith('"') else f'"{tag}"'
+
     def _settings(self, host: str, anonymous: bool) -> tuple[dict[str, Any], tuple[str, ...]]:
         """obstore's configuration from the URL's host, the connection string and
         the variables obstore does not read itself; and the secrets among them."""

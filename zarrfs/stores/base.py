@@ -7,8 +7,10 @@ the FUSE loop run them in worker threads. Errors other than "missing" surface as
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,15 +105,23 @@ UNCHANGED: Any = _Unchanged()
 Bytes = bytes | memoryview
 
 
+class NotAtHand(Exception):
+    """Raised, within ``Store.at_hand()``, by a read that would have to ask the remote
+    store: what it asked is not kept locally, or no longer fresh."""
+
+
 class Store(ABC):
     # What the rest of zarrfs needs to know of a store besides its methods:
     # ``read_only``: writes raise ReadOnlyError (zip archives, HTTP), and the mount
     # comes up read-only; ``remote``: each request waits on a network, so fetches
     # go to a pool sized to connections, apart from the decode workers; ``listable``:
     # ``list_dir`` can enumerate (HTTP cannot: only consolidated metadata lists).
+    # ``local_tier``: keeps local copies of values (a disk cache), that ``at_hand``
+    # reads without waiting on the network.
     read_only = False
     remote = False
     listable = True
+    local_tier = False
 
     @abstractmethod
     def get(self, key: str, *, limit: int | None = None) -> bytes | None:
@@ -287,6 +297,23 @@ class Store(ABC):
     def statvfs(self) -> tuple[int, int, int] | None:
         """(block size, total blocks, free blocks) of the backing storage, if known."""
         return None
+
+    def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+        """The version tag of every key under ``prefix`` (recursively; keys relative
+        to it) from one listing, as ``stat`` would name each; None where a listing
+        does not name versions, or names more than ``most`` keys."""
+        return None
+
+    def at_hand(self) -> AbstractContextManager[None]:
+        """Within it, this thread's reads answer only from local copies: a read that
+        would ask the remote store raises NotAtHand instead. Of use only where
+        ``local_tier``; elsewhere it changes nothing."""
+        return contextlib.nullcontext()
+
+    def reading_under(self, prefix: str) -> None:  # noqa: B027 - a hint most ignore
+        """A hint, never I/O: many keys under ``prefix`` (an array's) are about to be
+        read. A store may then check what it holds of them in bulk
+        (stores/diskcache.py)."""
 
     def describe(self) -> str:
         return type(self).__name__

@@ -5,7 +5,9 @@ of the machine may share and that outlives them (``zarrfs mount --disk-cache``).
 ``DiskCacheStore`` wraps the store. An entry is keyed by the store's identity (its
 public URL), the key and the part (value, range, version), and records the version
 it holds and when it was last validated against the store. Within ``ttl`` seconds
-of that an entry is served without any request; after it, it is revalidated with a
+of that an entry is served without any request; after it, it is revalidated: by a
+listing of its array's keys with their versions, where the store gives one
+(stores/cacheversions.py: one request for a thousand entries), else with a
 conditional request (``fetch(key, unless=version)``): UNCHANGED keeps it and stamps
 it valid again, anything else replaces it. ``refresh()`` makes every entry stale for
 this wrapper at once. Writes go to the store, and drop the key's entries.
@@ -22,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +34,7 @@ from zarrfs.stores.base import (
     Bytes,
     Fetched,
     Listing,
+    NotAtHand,
     Store,
     Version,
     check_ranges,
@@ -50,6 +54,7 @@ from zarrfs.stores.cachefiles import (
     key_digest,
     range_part,
 )
+from zarrfs.stores.cacheversions import UNLISTED, ListedVersions
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,7 @@ class CacheStats:
     misses: int = 0  # read from the store, nothing cached
     revalidated: int = 0  # conditional requests sent
     unchanged: int = 0  # of them, answered "unchanged"
+    listed: int = 0  # entries revalidated by a listing, no request of their own
     bytes_served: int = 0  # from cache files
     bytes_added: int = 0  # written to cache files
     dropped: int = 0  # cache files that failed their check
@@ -128,6 +134,7 @@ class DiskCacheStore(Store):
         self.inner = inner
         self.read_only = inner.read_only
         self.remote = inner.remote
+        self.local_tier = True
         self.listable = inner.listable
         self.ttl = ttl
         own = getattr(inner, "cache_identity", None)
@@ -137,10 +144,35 @@ class DiskCacheStore(Store):
         self._fresh_after = 0  # ns: entries validated before this are stale
         self._writes = _Writes()
         self._stats_lock = threading.Lock()
+        self._listed = ListedVersions(inner.versions, ttl)
+        self._local_only = threading.local()  # at_hand(): this thread asks no store
 
     def refresh(self) -> None:
         """Every entry validated before now is revalidated before it is served."""
         self._fresh_after = time.time_ns()
+
+    def reading_under(self, prefix: str) -> None:
+        self._listed.expect(prefix)
+
+    @contextmanager
+    def at_hand(self) -> Iterator[None]:
+        """Reads in this thread are answered from fresh entries alone (a decoder reads
+        them where it needs them, as from a local store); anything else raises
+        NotAtHand, for a fetch thread to ask the store."""
+        self._local_only.on = True
+        try:
+            yield
+        finally:
+            self._local_only.on = False
+
+    def _remote(self) -> Store:
+        """The store behind, to be asked now (NotAtHand within ``at_hand``)."""
+        if getattr(self._local_only, "on", False):
+            raise NotAtHand
+        return self.inner
+
+    def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+        return self.inner.versions(prefix, most)
 
     def counters(self) -> dict[str, int]:
         """The cache's counters, and its size and bound, for ``.zarrfs/stats`` (no
@@ -148,6 +180,7 @@ class DiskCacheStore(Store):
         with self._stats_lock:
             out = asdict(self.stats)
         out.update(
+            listings=self._listed.listings,
             evicted=self.files.evicted,
             not_added_disk_full=self.files.full,
             bytes=self.files.last_usage,
@@ -220,6 +253,22 @@ class DiskCacheStore(Store):
         else:
             self._count(hits=1, bytes_served=len(found.payload))
 
+    def _listed_current(self, key: str, founds: list[_Found]) -> bool:
+        """Whether a listing of the key's array saw it at the version its entries
+        hold (then they are stamped valid as of that listing, and served)."""
+        version = founds[0].version
+        assert version is not None
+        local = getattr(self._local_only, "on", False)
+        at = self._listed.validated_at(key, version.tag, self._fresh_after, may_list=not local)
+        if at == UNLISTED:
+            raise NotAtHand  # the listing is asked in a fetch thread
+        if at is None:
+            return False
+        for found in founds:
+            self.files.restamp(found.name, found.inode, at)
+        self._count(listed=len(founds), bytes_served=sum(len(f.payload) for f in founds))
+        return True
+
     # -- whole values --------------------------------------------------------------------
 
     def fetch(
@@ -246,13 +295,15 @@ class DiskCacheStore(Store):
             return found
         validated = time.time_ns()
         if found is not None and found.version is not None and not found.entry.missing:
-            answer = self.inner.fetch(key, limit=limit, unless=found.version)
+            if self._listed_current(key, [found]):
+                return found
+            answer = self._remote().fetch(key, limit=limit, unless=found.version)
             if answer is UNCHANGED:
                 self._served(found, revalidated=True)
                 return found
             self._count(revalidated=1)
         else:
-            answer = self.inner.fetch(key, limit=limit)
+            answer = self._remote().fetch(key, limit=limit)
             self._count(misses=1)
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
@@ -280,7 +331,7 @@ class DiskCacheStore(Store):
                 self._served(found)
                 return None if found.entry.missing else found.version
         validated = time.time_ns()
-        version = self.inner.stat(key)
+        version = self._remote().stat(key)
         self._count(misses=1)
         self._keep(key, STAT, begun, validated, version, missing=version is None)
         return version
@@ -289,7 +340,7 @@ class DiskCacheStore(Store):
         version = self.stat(key)
         if version is None:
             return None
-        return version.size if version.size is not None else self.inner.size(key)
+        return version.size if version.size is not None else self._remote().size(key)
 
     def mtime(self, key: str) -> float | None:
         version = self.stat(key)
@@ -357,14 +408,16 @@ class DiskCacheStore(Store):
             return [f.payload for f in present], present[0].version
         if same:
             version = present[0].version
-            answer = self.inner.fetch_ranges(key, ranges, unless=version)
+            if self._listed_current(key, present):
+                return [f.payload for f in present], version
+            answer = self._remote().fetch_ranges(key, ranges, unless=version)
             if answer is UNCHANGED:
                 for f in present:
                     self._served(f, revalidated=True)
                 return [f.payload for f in present], version
             self._count(revalidated=1)
         else:
-            answer = self.inner.fetch_ranges(key, ranges)
+            answer = self._remote().fetch_ranges(key, ranges)
             self._count(misses=1)
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)

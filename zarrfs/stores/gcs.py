@@ -119,6 +119,10 @@ class GcsStore(ObjectStore):
         that no write is conditioned on what is not known."""
         return meta.get("version") or UNKNOWN
 
+    def _listed_tag(self, meta: Any) -> str | None:
+        """None: a listing names each object's ETag, not the generation a GET names."""
+        return None
+
     def _replace_mode(self, version: Any) -> Any:
         return {"version": version}  # x-goog-if-generation-match
 

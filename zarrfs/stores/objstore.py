@@ -140,6 +140,32 @@ class ObjectStore(ObjectReads):
         if held is not None:
             yield held
 
+    def _listed_tag(self, meta: Any) -> str | None:
+        """A listed object's version as a GET of it names it (its ETag); None where a
+        listing does not name it."""
+        return self._version(meta).tag
+
+    def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+        """One recursive listing (a request per thousand keys): each key's version as
+        a GET or HEAD of it names it; None past ``most`` keys."""
+        path = _path(prefix)
+        skip = len(path) + 1 if path else 0
+        chunks = iter(obstore.list(self._bucket, path or None, chunk_size=1000))
+        found: dict[str, str] = {}
+        while (chunk := self._call("listing", prefix, lambda: next(chunks, None))) is not None:
+            if chunk is MISSING:
+                raise self._no_bucket()
+            for meta in chunk:
+                name = meta["path"][skip:]
+                if name and meta["path"] != LEASE_KEY:
+                    tag = self._listed_tag(meta)
+                    if tag is None:
+                        return None
+                    found[name] = tag
+            if len(found) > most:
+                return None
+        return found
+
     # -- writing -----------------------------------------------------------------------
 
     def set(self, key: str, value: bytes, *, durable: bool = True) -> None:

@@ -126,3 +126,42 @@ def test_cloud_ranges_of_a_replaced_object_are_of_one_version(
     assert found is not None and found is not UNCHANGED
     assert found[1] == store.stat("k")
     assert found[0] == [b"NEW VALUE"[s : s + n if s + n else None] for s, n in ranges]
+
+
+def check_listed_versions(store: Store, put: Callable[[str, bytes], None]) -> None:
+    """``versions`` names each key under a prefix (recursively) as ``stat`` does; a
+    replaced value is listed at its new version; past ``most`` keys, nothing."""
+    for key in ("arr/0.0", "arr/0.1", "arr/c/1/2", "other/0"):
+        put(key, VALUE)
+    listed = store.versions("arr", 10)
+    assert listed is not None and set(listed) == {"0.0", "0.1", "c/1/2"}
+    for name, tag in listed.items():
+        version = store.stat(f"arr/{name}")
+        assert version is not None and version.tag == tag
+    put("arr/0.1", b"new value")
+    again = store.versions("arr", 10)
+    assert again is not None and again["0.1"] != listed["0.1"] and again["0.0"] == listed["0.0"]
+    assert again["0.1"] == store.stat("arr/0.1").tag  # type: ignore[union-attr]
+    assert store.versions("arr", 2) is None
+    assert store.versions("nothing", 10) == {}
+
+
+def test_s3_listed_versions(s3_bucket: Bucket) -> None:
+    store = S3Store(f"s3://{s3_bucket.name}/p")
+    check_listed_versions(store, lambda key, value: s3_bucket.put(f"p/{key}", value))
+
+
+def test_cloud_listed_versions(cloud: Cloud) -> None:
+    """Azure lists ETags (without the quotes of a GET's header); GCS lists ETags, not
+    the generations its versions are: no versions from a listing."""
+    store = open_store(cloud.url("p"))
+    if cloud.url().startswith("gs://"):
+        cloud.put("p/arr/0.0", VALUE)
+        assert store.versions("arr", 10) is None
+        return
+    check_listed_versions(store, lambda key, value: cloud.put(f"p/{key}", value))
+
+
+def test_stores_that_list_no_versions_say_so(tmp_path: Path, http_server: HttpServer) -> None:
+    assert DirectoryStore(str(tmp_path)).versions("", 10) is None
+    assert HttpStore(http_server.url + "s").versions("", 10) is None

@@ -35,7 +35,7 @@ from zarrfs.formats.grid.layout import Index
 from zarrfs.formats.grid.runs import Member, Run
 from zarrfs.formats.grid.shards import ShardIndex
 from zarrfs.formats.model import ArrayMeta
-from zarrfs.stores.base import Store
+from zarrfs.stores.base import NotAtHand, Store
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class Loads:
         self._flights: dict[CacheKey, Flight] = {}
         self._failures: dict[CacheKey, tuple[float, Failure]] = {}
         self.prefetching = 0  # loads started ahead of readers, not ended yet
+        self._announced: set[str] = set()  # arrays the store was told are read
 
     @property
     def idle(self) -> bool:
@@ -150,13 +151,38 @@ class Loads:
 
     # -- starting loads (trio thread) -------------------------------------------------------
 
+    def _announce(self, meta: ArrayMeta) -> None:
+        """Tell the store, once per array, that its keys are about to be read (a disk
+        cache then revalidates what it holds of them with one listing)."""
+        path = meta.path
+        if path not in self._announced:
+            self._announced.add(path)
+            self.store.reading_under(meta.display_name.strip("/"))
+
     def start_index(self, meta: ArrayMeta, shard: Index, priority: int) -> Flight:
+        self._announce(meta)
         key = ShardIndexKey(meta.path, shard)
         flight = Flight(background=priority == BACKGROUND)
         self._flights[key] = flight
         finish = self._finisher(key, flight, counted=False)
-        pool = self.pools.fetchers or self.pools.decoders
-        pool.submit(self.load_index, meta, shard, priority=priority, on_done=finish)
+        fetchers, decoders = self.pools.fetchers, self.pools.decoders
+        if fetchers is None or not self.store.local_tier:
+            pool = fetchers or decoders
+            pool.submit(self.load_index, meta, shard, priority=priority, on_done=finish)
+            return flight
+        token = trio.lowlevel.current_trio_token()
+
+        def at_hand() -> object:  # in a decoder: a local copy is read here
+            try:
+                with self.store.at_hand():
+                    return self.load_index(meta, shard)
+            except NotAtHand:
+                fetchers.submit_from_thread(
+                    token, self.load_index, meta, shard, priority=priority, on_done=finish
+                )
+                return HANDED_ON
+
+        decoders.submit(at_hand, priority=priority, on_done=_unless_handed_on(finish))
         return flight
 
     def start_chunk(
@@ -170,6 +196,7 @@ class Loads:
     ) -> Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more.
         ``prefetched``: started ahead of a reader (it counts in ``prefetching``)."""
+        self._announce(meta)
         # Nothing between registering the flight and queueing its job may raise:
         # waiters would wait for a load that never comes.
         flight, spare, finish = self._chunk_flight(meta, index, priority, prefetched)
@@ -198,7 +225,22 @@ class Loads:
 
         # A remote store's requests wait on the network: many at once, in a pool of
         # their own, and the decode workers take each as it arrives.
-        fetchers.submit(fetch, priority=priority, on_done=_ignore)
+        if not self.store.local_tier:
+            fetchers.submit(fetch, priority=priority, on_done=_ignore)
+            return flight
+
+        def at_hand() -> object:  # in a decoder
+            # A local copy (a disk cache's fresh entry) is read where it is decoded, as
+            # from a local store: no hand-off between threads; the rest is fetched.
+            try:
+                with self.store.at_hand():
+                    data = self.fetch(meta, index, where)
+            except NotAtHand:
+                fetchers.submit_from_thread(token, fetch, priority=priority, on_done=_ignore)
+                return HANDED_ON
+            return self.decode(meta, index, data, spare)
+
+        decoders.submit(at_hand, priority=priority, on_done=_unless_handed_on(finish))
         return flight
 
     def start_run(self, meta: ArrayMeta, run: Run, priority: int) -> None:
@@ -214,9 +256,11 @@ class Loads:
         token = trio.lowlevel.current_trio_token()
         limit = size_bound(meta.chunk_nbytes)
 
-        def fetch() -> None:  # in a fetch thread
+        def fetch() -> None:  # in a fetch thread (or a decoder, for a local copy)
             try:
                 data = fetch_run(self.store, meta, run)
+            except NotAtHand:
+                raise  # not read here: the fetch thread will
             except BaseException as e:  # every flight must end, whatever went wrong
                 for _, _, finish in loads:
                     # One exception each: waiters of different chunks raise them.
@@ -241,7 +285,18 @@ class Loads:
                 )
             loads.clear()  # this thread keeps no buffer (nor the run's bytes)
 
-        fetchers.submit(fetch, priority=priority, on_done=_ignore)
+        if not self.store.local_tier:
+            fetchers.submit(fetch, priority=priority, on_done=_ignore)
+            return
+
+        def at_hand() -> None:  # in a decoder: a local copy is read here, as a chunk's
+            try:
+                with self.store.at_hand():
+                    fetch()
+            except NotAtHand:
+                fetchers.submit_from_thread(token, fetch, priority=priority, on_done=_ignore)
+
+        decoders.submit(at_hand, priority=priority, on_done=_ignore)
 
     def _chunk_flight(
         self, meta: ArrayMeta, index: Index, priority: int, prefetched: bool
@@ -340,6 +395,22 @@ class Loads:
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The fetched chunk decoded (into the buffer in ``spare``)."""
         return decode_fetched(meta, index, fetched, spare)
+
+
+HANDED_ON = object()  # a load's first step found no local copy: a fetch thread goes on
+
+
+def _unless_handed_on(
+    finish: Callable[[outcome.Outcome], None],
+) -> Callable[[outcome.Outcome], None]:
+    """``finish``, but not for a job that handed the load on to a fetch thread (whose
+    decode finishes it)."""
+
+    def done(result: outcome.Outcome) -> None:
+        if not (isinstance(result, outcome.Value) and result.value is HANDED_ON):
+            finish(result)
+
+    return done
 
 
 def _ignore(result: outcome.Outcome) -> None:
