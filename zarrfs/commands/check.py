@@ -28,7 +28,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 import click
-from tqdm import tqdm
 
 from zarrfs.commands.output import echo, open_and_walk, printable
 from zarrfs.commands.walk import Hierarchy
@@ -278,6 +277,8 @@ def check_store(
     report = Report([], hierarchy.problem_lines())
     for problem in report.metadata:
         out(f"metadata: {problem}")
+    from tqdm import tqdm  # here: every mount imports this module, none needs the bar
+
     hidden = not sys.stderr.isatty() if progress is None else not progress
     # Left on stderr at the end: the count of chunks checked, as rsync and pip leave theirs.
     bar = tqdm(total=0, unit="chunk", disable=hidden, file=sys.stderr)
@@ -380,6 +381,8 @@ def check_command(
     if nothing is not None:
         echo(f"zarrfs: error: {opened.describe()}: nothing to check: {nothing}", err=True)
         sys.exit(1)
+
+    from tqdm import tqdm
 
     def out(line: str) -> None:
         tqdm.write(printable(line), file=sys.stdout)
