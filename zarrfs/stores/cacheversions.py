@@ -73,6 +73,8 @@ class ListedVersions:
         """When a listing (asked at or after ``not_before``, within the TTL) saw
         ``key`` at version ``tag``; None when none did (ask the store for the key).
         Without ``may_list``, UNLISTED where the listing is yet to be asked."""
+        if self._ttl <= 0:
+            return None  # every read is checked: a listing would serve one entry
         prefix = self._prefix_of(key)
         if prefix is None:
             return None

@@ -170,6 +170,16 @@ def test_threads_meeting_stale_entries_at_once_share_one_listing(
     assert dict(inner.requests) == {("versions", "arr"): 1}
 
 
+def test_with_no_ttl_every_entry_is_asked_alone(inner: VersionedStore, tmp_path: Path) -> None:
+    # --metadata-ttl 0: each read is checked, and a listing would serve one entry.
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=0)
+    cache.reading_under("arr")
+    for _ in range(2):
+        for key in CHUNKS:
+            cache.get(key)
+    assert inner.count("versions") == 0 and inner.count("unchanged") == len(CHUNKS)
+
+
 def test_the_longest_announced_prefix_holds_a_key() -> None:
     asked: list[str] = []
 
