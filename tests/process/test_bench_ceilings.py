@@ -17,7 +17,10 @@ SIZE = 8 * 2**20
 
 
 @pytest.mark.parametrize("mode", ceilings.MODES)
-def test_each_access_mode_is_read_and_measured(tmp_path: Path, mode: str) -> None:
+def test_each_access_mode_is_read_and_measured(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ceilings, "ROUNDS", 1)  # a mount each: nothing is timed here
     size = SIZE + 4096 * ceilings.MODES.index(mode)  # each its own, never one shared
     ceiling = ceilings.read_ceiling(tmp_path, size, mode)
     assert ceiling.mode == mode and ceiling.rate > 0 and ceiling.busy_per_mib >= 0
