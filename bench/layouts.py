@@ -389,7 +389,7 @@ def bound_results(ceiling: Ceiling, cases: list[CaseCpu]) -> list[Result]:
 
 
 def attach_bounds(
-    results: list[Result], cases: list[CaseCpu], direct: Ceiling, page: Ceiling, mapped: Ceiling
+    results: list[Result], cases: list[CaseCpu], direct: Ceiling, mapped: Ceiling
 ) -> None:
     """Each case's figures get what bounds them: every side's CPU per MiB in its best
     round, the CPU bound, and the FUSE ceiling of the same access mode."""
@@ -403,7 +403,6 @@ def attach_bounds(
                 r.bound = f"machine ms CPU/MiB: {reads}{within}; {direct.text()}"
             elif r.section.startswith(f"layouts npy.sum {case.label} "):
                 r.bound = f"machine ms CPU/MiB: {npy}; {mapped.text()}"
-    del page  # printed beside the --kernel-cache figures, which have no target
 
 
 def layouts(b: Bench) -> list[Result]:
@@ -430,7 +429,7 @@ def layouts(b: Bench) -> list[Result]:
             f" + memfs's {direct.busy_per_mib * 1000:.2f} ms per MiB with direct_io)"
         )
         results += bound_results(direct, cases)
-        attach_bounds(results, cases, direct, page, mapped)
+        attach_bounds(results, cases, direct, mapped)  # the page cache's: printed only
     except (BenchError, OSError) as e:
         failures.append(f"FUSE ceiling: {e}")
     if failures:

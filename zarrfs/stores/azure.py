@@ -99,7 +99,7 @@ class AzureStore(ObjectStore):
         self._endpoint = endpoint or f"https://{account}.blob.core.windows.net"
         self._connect(_Bucket, settings, scheme, lambda e: cloud_config.scrub(e, _SECRETS, secrets))
 
-    def _listed_tag(self, meta: Any) -> str | None:
+    def _listed_tag(self, meta: Any) -> str:
         """A listing names the ETag without the quotes a GET's header has."""
         tag = self._version(meta).tag
         return tag if tag.startswith('"') else f'"{tag}"'

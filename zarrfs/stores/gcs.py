@@ -119,8 +119,9 @@ class GcsStore(ObjectStore):
         that no write is conditioned on what is not known."""
         return meta.get("version") or UNKNOWN
 
-    def _listed_tag(self, meta: Any) -> str | None:
-        """None: a listing names each object's ETag, not the generation a GET names."""
+    def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+        """None, with no request: a listing names each object's ETag, not the
+        generation its version is."""
         return None
 
     def _replace_mode(self, version: Any) -> Any:

@@ -119,51 +119,45 @@ class ObjectStore(ObjectReads):
         prefixes = [name[skip:] for name in listed["common_prefixes"]]
         return Listing(tuple(sorted(k for k in keys if k)), tuple(sorted(p for p in prefixes if p)))
 
+    def _listed(self, prefix: str) -> Iterator[tuple[str, Any]]:
+        """One recursive listing, a request per thousand keys: (name relative to
+        ``prefix``, object metadata), in key order; the prefix's own marker and the
+        writer lease left out."""
+        path = _path(prefix)
+        skip = len(path) + 1 if path else 0
+        chunks = iter(obstore.list(self._bucket, path or None, chunk_size=1000))
+        while (chunk := self._call("listing", prefix, lambda: next(chunks, None))) is not None:
+            if chunk is MISSING:
+                raise self._no_bucket()
+            for meta in chunk:
+                name = meta["path"][skip:]
+                if name and meta["path"] not in (path, LEASE_KEY):
+                    yield name, meta
+
     def scan(self, prefix: str) -> Iterator[tuple[str, int]]:
         """One recursive listing. Directory markers are left out: a zero-byte object
         whose name is a prefix of the next key listed (S3 lists in key order, so a
-        marker "a/" comes right before the keys under it); so is the writer lease."""
-        path = _path(prefix)
-        skip = len(path) + 1 if path else 0
-        chunks = iter(obstore.list(self._bucket, path or None, chunk_size=1000))
+        marker "a/" comes right before the keys under it)."""
         held: tuple[str, int] | None = None
-        while (chunk := self._call("listing", prefix, lambda: next(chunks, None))) is not None:
-            if chunk is MISSING:
-                raise self._no_bucket()
-            for meta in chunk:
-                name = meta["path"][skip:]
-                if meta["path"] in (path, LEASE_KEY) or not name:
-                    continue
-                if held is not None and not (held[1] == 0 and name.startswith(held[0] + "/")):
-                    yield held
-                held = (name, int(meta["size"]))
+        for name, meta in self._listed(prefix):
+            if held is not None and not (held[1] == 0 and name.startswith(held[0] + "/")):
+                yield held
+            held = (name, int(meta["size"]))
         if held is not None:
             yield held
 
-    def _listed_tag(self, meta: Any) -> str | None:
-        """A listed object's version as a GET of it names it (its ETag); None where a
-        listing does not name it."""
+    def _listed_tag(self, meta: Any) -> str:
+        """A listed object's version as a GET of it names it: its ETag."""
         return self._version(meta).tag
 
     def versions(self, prefix: str, most: int) -> dict[str, str] | None:
-        """One recursive listing (a request per thousand keys): each key's version as
-        a GET or HEAD of it names it; None past ``most`` keys."""
-        path = _path(prefix)
-        skip = len(path) + 1 if path else 0
-        chunks = iter(obstore.list(self._bucket, path or None, chunk_size=1000))
+        """One recursive listing: each key's version as a GET or HEAD of it names
+        it; None past ``most`` keys."""
         found: dict[str, str] = {}
-        while (chunk := self._call("listing", prefix, lambda: next(chunks, None))) is not None:
-            if chunk is MISSING:
-                raise self._no_bucket()
-            for meta in chunk:
-                name = meta["path"][skip:]
-                if name and meta["path"] != LEASE_KEY:
-                    tag = self._listed_tag(meta)
-                    if tag is None:
-                        return None
-                    found[name] = tag
-            if len(found) > most:
+        for name, meta in self._listed(prefix):
+            if len(found) == most:
                 return None
+            found[name] = self._listed_tag(meta)
         return found
 
     # -- writing -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -154,10 +155,36 @@ class Loads:
     def _announce(self, meta: ArrayMeta) -> None:
         """Tell the store, once per array, that its keys are about to be read (a disk
         cache then revalidates what it holds of them with one listing)."""
-        path = meta.path
-        if path not in self._announced:
-            self._announced.add(path)
-            self.store.reading_under(meta.display_name.strip("/"))
+        prefix = meta.display_name  # an array's twin has the array's keys
+        if prefix not in self._announced:
+            self._announced.add(prefix)
+            self.store.reading_under(prefix)
+
+    def _at_hand_first(
+        self,
+        attempt: Callable[[], object],
+        fetch: Callable[[], object],
+        priority: int,
+        on_done: Callable[[outcome.Outcome], None],
+        fetched: Callable[[outcome.Outcome], None],
+    ) -> None:
+        """A load over a store with local copies (a disk cache): ``attempt`` runs in a
+        decoder within ``Store.at_hand()``, as a local store's load would (no hand-off
+        between threads), ``on_done`` taking its outcome; what it cannot read there
+        (NotAtHand) goes on as ``fetch`` in a fetch thread, ``fetched`` taking that."""
+        fetchers = self.pools.fetchers
+        assert fetchers is not None
+        token = trio.lowlevel.current_trio_token()
+
+        def job() -> object:  # in a decoder
+            try:
+                with self.store.at_hand():
+                    return attempt()
+            except NotAtHand:
+                fetchers.submit_from_thread(token, fetch, priority=priority, on_done=fetched)
+                return HANDED_ON
+
+        self.pools.decoders.submit(job, priority=priority, on_done=_unless_handed_on(on_done))
 
     def start_index(self, meta: ArrayMeta, shard: Index, priority: int) -> Flight:
         self._announce(meta)
@@ -165,24 +192,13 @@ class Loads:
         flight = Flight(background=priority == BACKGROUND)
         self._flights[key] = flight
         finish = self._finisher(key, flight, counted=False)
-        fetchers, decoders = self.pools.fetchers, self.pools.decoders
-        if fetchers is None or not self.store.local_tier:
-            pool = fetchers or decoders
+        fetchers = self.pools.fetchers
+        if fetchers is not None and self.store.local_tier:
+            load = functools.partial(self.load_index, meta, shard)
+            self._at_hand_first(load, load, priority, finish, finish)
+        else:
+            pool = fetchers or self.pools.decoders
             pool.submit(self.load_index, meta, shard, priority=priority, on_done=finish)
-            return flight
-        token = trio.lowlevel.current_trio_token()
-
-        def at_hand() -> object:  # in a decoder: a local copy is read here
-            try:
-                with self.store.at_hand():
-                    return self.load_index(meta, shard)
-            except NotAtHand:
-                fetchers.submit_from_thread(
-                    token, self.load_index, meta, shard, priority=priority, on_done=finish
-                )
-                return HANDED_ON
-
-        decoders.submit(at_hand, priority=priority, on_done=_unless_handed_on(finish))
         return flight
 
     def start_chunk(
@@ -225,22 +241,11 @@ class Loads:
 
         # A remote store's requests wait on the network: many at once, in a pool of
         # their own, and the decode workers take each as it arrives.
-        if not self.store.local_tier:
+        if self.store.local_tier:
+            attempt = functools.partial(self.load, meta, index, spare, where)
+            self._at_hand_first(attempt, fetch, priority, finish, _ignore)
+        else:
             fetchers.submit(fetch, priority=priority, on_done=_ignore)
-            return flight
-
-        def at_hand() -> object:  # in a decoder
-            # A local copy (a disk cache's fresh entry) is read where it is decoded, as
-            # from a local store: no hand-off between threads; the rest is fetched.
-            try:
-                with self.store.at_hand():
-                    data = self.fetch(meta, index, where)
-            except NotAtHand:
-                fetchers.submit_from_thread(token, fetch, priority=priority, on_done=_ignore)
-                return HANDED_ON
-            return self.decode(meta, index, data, spare)
-
-        decoders.submit(at_hand, priority=priority, on_done=_unless_handed_on(finish))
         return flight
 
     def start_run(self, meta: ArrayMeta, run: Run, priority: int) -> None:
@@ -285,18 +290,10 @@ class Loads:
                 )
             loads.clear()  # this thread keeps no buffer (nor the run's bytes)
 
-        if not self.store.local_tier:
+        if self.store.local_tier:
+            self._at_hand_first(fetch, fetch, priority, _ignore, _ignore)
+        else:
             fetchers.submit(fetch, priority=priority, on_done=_ignore)
-            return
-
-        def at_hand() -> None:  # in a decoder: a local copy is read here, as a chunk's
-            try:
-                with self.store.at_hand():
-                    fetch()
-            except NotAtHand:
-                fetchers.submit_from_thread(token, fetch, priority=priority, on_done=_ignore)
-
-        decoders.submit(at_hand, priority=priority, on_done=_ignore)
 
     def _chunk_flight(
         self, meta: ArrayMeta, index: Index, priority: int, prefetched: bool
