@@ -32,7 +32,8 @@ DEFAULT_STORE = Path("/var/tmp/zarrfs-listing.zarr")
 
 
 async def list_directory(ops: Operations, inode: int, recursive: bool) -> None:
-    fh = await ops.opendir(inode, None)  # type: ignore[arg-type]
+    opened = await ops.opendir(inode, None)  # type: ignore[arg-type]
+    fh = opened.fh if isinstance(opened, pyfuse3.FileInfo) else opened
     await ops.readdir(fh, 0, None)  # type: ignore[arg-type]
     nodes = ops.dirs.get(fh).nodes
     await ops.releasedir(fh)

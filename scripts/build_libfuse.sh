@@ -14,7 +14,7 @@
 #
 # pyfuse3 holds the GIL while libfuse copies each request in (a write's 1 MiB, twice)
 # and each read's reply out, so zarrfs's decode and encode threads wait meanwhile:
-# scripts/pyfuse3-release-gil.patch releases it around those three C calls (the C
+# scripts/pyfuse3.patch releases it around those three C calls (the C
 # source is generated again from the patched Cython by the build).
 #
 # The library is private so that nothing on the system changes: it goes into
@@ -53,7 +53,7 @@ PYTHON="$VENV/bin/python"
 PREFIX="$VENV/libfuse"
 SRC_DIR="$VENV/libfuse-src"
 PATCH="$REPO_ROOT/scripts/libfuse-direct-io-allow-mmap.patch"
-PYFUSE3_PATCH="$REPO_ROOT/scripts/pyfuse3-release-gil.patch"
+PYFUSE3_PATCH="$REPO_ROOT/scripts/pyfuse3.patch"
 
 FUSE_VERSION=3.17.2
 FUSE_DEBIAN_REVISION=3

@@ -27,7 +27,7 @@ from tests.support.control import (
     group_store,
     values,
 )
-from tests.support.handlers import ROOT, close, fuse_errno, open_file, run
+from tests.support.handlers import ROOT, close, fuse_errno, open_dir, open_file, run
 from tests.support.handlers import lookup_path as lookup
 from zarrfs.core.read.chunks import ChunkCache
 from zarrfs.daemon.build import MountOptions, build_operations
@@ -39,7 +39,7 @@ from zarrfs.views.control import FlushView, StatsView
 
 
 def listing(ops: Operations, inode: int) -> list[str]:
-    fh = run(ops.opendir, inode, None)
+    fh = run(open_dir, ops, inode)
     try:
         return [os.fsdecode(name) for name, _ in ops.dirs.get(fh)]
     finally:

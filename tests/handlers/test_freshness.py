@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyfuse3
 import pytest
 import trio
 import zarr
@@ -208,3 +209,47 @@ def test_getattr_after_the_ttl_shows_the_new_size(tmp_path: Path) -> None:
     assert run(ops.getattr, raw.st_ino, None).st_size == 16  # within the TTL
     clock.now += 10
     assert run(ops.getattr, raw.st_ino, None).st_size == 32
+
+
+def _opened_dir(ops: Operations, inode: int) -> pyfuse3.FileInfo:
+    opened = run(ops.opendir, inode, None)
+    assert isinstance(opened, pyfuse3.FileInfo)
+    run(ops.releasedir, opened.fh)
+    return opened
+
+
+def test_the_kernel_keeps_a_listing_until_its_names_change(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    (root / ".zgroup").parent.mkdir(parents=True)
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    _write_array(root / "a", [4], 1)
+    clock = Clock()
+    ops = _ops(root, clock)
+    first = _opened_dir(ops, ROOT)
+    # The kernel may keep every listing; the first open has nothing kept to keep.
+    assert first.cache_readdir and not first.keep_cache
+    assert _opened_dir(ops, ROOT).keep_cache
+    # Past the TTL, unchanged names: what the kernel kept is still right.
+    clock.now += 10
+    assert _opened_dir(ops, ROOT).keep_cache
+    # New names: the kernel drops what it kept of the root at the next open, and
+    # keeps the new listing from then on.
+    _write_array(root / "b", [2], 5)
+    clock.now += 10
+    changed = _opened_dir(ops, ROOT)
+    assert changed.cache_readdir and not changed.keep_cache
+    assert _opened_dir(ops, ROOT).keep_cache
+    # A document rewritten, the same names: kept.
+    array = lookup_path(ops, "a").st_ino
+    assert not _opened_dir(ops, array).keep_cache
+    _write_array(root / "a", [8], 2)
+    clock.now += 10
+    assert _opened_dir(ops, array).keep_cache
+
+
+def test_the_directory_of_a_chunk_key_is_not_kept(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    zarr.create_array(str(root), shape=(4, 4), chunks=(2, 2), dtype="u1", zarr_format=3)[:] = 1
+    ops = _ops(root, Clock())
+    key_dir = lookup_path(ops, "c/0").st_ino
+    assert isinstance(run(ops.opendir, key_dir, None), int)

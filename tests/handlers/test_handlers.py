@@ -13,7 +13,7 @@ import pyfuse3
 import pytest
 import zarr
 
-from tests.support.handlers import ROOT, fuse_errno, lookup_path, run
+from tests.support.handlers import ROOT, fuse_errno, lookup_path, open_dir, run
 from zarrfs.daemon.build import MountOptions, build_operations
 from zarrfs.errors import ChunkError
 from zarrfs.fuse import operations as operations_module
@@ -90,7 +90,7 @@ def test_readdir_sorted_and_resumable(ops: Operations, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(operations_module.pyfuse3, "readdir_reply", reply)
     weather = lookup_path(ops, "weather")
-    fh = run(ops.opendir, weather.st_ino, None)
+    fh = run(open_dir, ops, weather.st_ino)
     run(ops.readdir, fh, 0, None)
     assert [n for n, _ in replies] == [".zattrs", ".zgroup"]
     budget["left"] = 100

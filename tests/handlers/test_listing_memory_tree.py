@@ -25,6 +25,7 @@ import pytest
 import trio
 
 from tests.support.consolidated import write_v2_hierarchy
+from tests.support.handlers import open_dir
 from tests.support.stores import v2_zarray
 from zarrfs.core.arrays import ArrayState
 from zarrfs.daemon.build import MountOptions, build_operations
@@ -89,7 +90,7 @@ async def walk(
     """``ls -R`` and a ``stat`` of every entry: path → (inode, size). ``told``: what
     readdir replies are recorded in (each inode must be the one lookup gives)."""
     seen = {}
-    fh = await ops.opendir(inode, None)
+    fh = await open_dir(ops, inode)
     listing = list(ops.dirs.get(fh))
     start = len(told) if told is not None else 0
     await ops.readdir(fh, 0, None)
@@ -279,7 +280,7 @@ def test_a_listing_leaves_the_size_of_group_nc_to_its_first_lookup(
     ops = build_operations(str(root), MountOptions(read_only=True))
 
     async def listed(inode: int) -> None:
-        fh = await ops.opendir(inode, None)
+        fh = await open_dir(ops, inode)
         await ops.readdir(fh, 0, None)
         await ops.releasedir(fh)
 

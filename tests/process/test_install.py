@@ -147,6 +147,17 @@ def test_pyfuse3_links_the_libfuse_built_in_the_venv() -> None:
     )
 
 
+def test_the_venv_pyfuse3_lets_the_kernel_keep_listings() -> None:
+    """scripts/pyfuse3.patch gives opendir's FileInfo cache_readdir: without it every
+    listing reaches the daemon (fuse/operations.py's CACHED_LISTINGS)."""
+    import pyfuse3
+
+    from zarrfs.fuse.operations import CACHED_LISTINGS
+
+    assert pyfuse3.FileInfo(fh=1, cache_readdir=True).cache_readdir
+    assert CACHED_LISTINGS
+
+
 def test_the_venv_libfuse_carries_the_patch() -> None:
     """build_libfuse.sh --check: the venv's libfuse was built from the sources and the
     patch the script names now (its stamp), and pyfuse3 links it."""

@@ -18,6 +18,7 @@ STATS_KEYS = {
     *("chunks_encoded", "chunks_deleted", "bytes_stored", "dirty_chunks", "dirty_bytes"),
     *("chunks_being_stored", "write_cache_size", "errors", "decode_failures"),
     *("store_failures", "last_store_error", "store_failing", "direct_reads"),
+    "directory_reads",
 }
 
 

@@ -25,6 +25,16 @@ def run(fn: Any, *args: Any) -> Any:
     return trio.run(fn, *args)
 
 
+def dir_handle(opened: int | pyfuse3.FileInfo) -> int:
+    """The handle number in what ``opendir`` returned (a FileInfo where the kernel
+    may keep the listing)."""
+    return opened.fh if isinstance(opened, pyfuse3.FileInfo) else opened
+
+
+async def open_dir(ops: Operations, inode: int) -> int:
+    return dir_handle(await ops.opendir(inode, None))
+
+
 def lookup_path(ops: Operations, path: str) -> pyfuse3.EntryAttributes:
     inode = ROOT
     attr = None

@@ -91,6 +91,10 @@ class InodeTable:
             self._directories.append(directory)
         return first
 
+    def first_of(self, directory: DirNode) -> int:
+        """The inode of the directory's first entry (numbered now if need be)."""
+        return directory.first_inode or self._first(directory)
+
     def node(self, inode: int) -> Node:
         if inode == pyfuse3.ROOT_INODE:
             return self._root

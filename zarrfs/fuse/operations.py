@@ -32,6 +32,11 @@ from zarrfs.namespace.nodes import Changes, DirNode, FileNode, Node, unlisted
 from zarrfs.namespace.tree import Tree
 from zarrfs.views.xattrs import array_xattrs, group_xattrs
 
+# The pyfuse3 scripts/build_libfuse.sh builds lets opendir ask the kernel to keep a
+# directory's listing (FOPEN_CACHE_DIR); another pyfuse3 takes an int, and every
+# listing reaches the daemon.
+CACHED_LISTINGS = hasattr(pyfuse3.FileInfo(), "cache_readdir")
+
 log = logging.getLogger(__name__)
 
 PID_XATTR = b"user.zarrfs.pid"
@@ -142,7 +147,9 @@ class Operations(pyfuse3.Operations):
                 self.page_cached.discard(inode)
             names += [(directory_inode, os.fsencode(name)) for name in old_names]
             self._attrs.pop(directory_inode, None)
-            inodes.append((directory_inode, True))
+            # Its listing, as the kernel may have kept it, too.
+            directory.kernel_listing = -1
+            inodes.append((directory_inode, False))
         for directory in changes.reloaded:
             directory_inode = self.inodes.inode_of(directory)
             self._attrs.pop(directory_inode, None)
@@ -305,17 +312,39 @@ class Operations(pyfuse3.Operations):
         return self.attributes(node)
 
     @boundary
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> int:
+    async def opendir(
+        self, inode: int, ctx: pyfuse3.RequestContext | None = None
+    ) -> int | pyfuse3.FileInfo:
         directory = self._dir(inode)
         await self._fresh(directory)
         await self._entries(directory)
         # A directory's names never change once listed: encoded once while the tree
         # keeps the directory, every handle shares them (ls -R then find: each
         # directory opened twice).
-        return self.dirs.add(self.tree.listing(directory))
+        listing = self.tree.listing(directory)
+        fh = self.dirs.add(listing)
+        if not CACHED_LISTINGS or not len(listing) or unlisted(directory):
+            return fh  # (a chunk key's directory lists nothing)
+        return pyfuse3.FileInfo(
+            fh=fh, keep_cache=self._listing_kept(directory), cache_readdir=True
+        )
+
+    def _listing_kept(self, directory: DirNode) -> bool:
+        """Whether the listing the kernel may hold of ``directory`` is still its own.
+
+        Every open comes here, checked against the store first (``_fresh``), so a
+        listing the kernel keeps follows the TTL as names do. The kernel's copy
+        names each entry's inode: it stays right while the entries keep their
+        numbers, which they lose only when the names change (fuse/inodes.py's
+        ``renumber``); then the kernel drops its copy at this open."""
+        first = self.inodes.first_of(directory)
+        kept = directory.kernel_listing == first
+        directory.kernel_listing = first
+        return kept
 
     @boundary
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        self.counters.directory_reads += 1
         listing = self.dirs.get(fh)
         names, nodes = listing.names, listing.nodes
         attributes = self.listed_attributes

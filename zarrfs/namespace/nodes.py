@@ -114,6 +114,7 @@ class DirNode:
         "coordinates",
         "first_inode",
         "index",
+        "kernel_listing",
         "loaded",
         "mtime",
         "name",
@@ -130,6 +131,9 @@ class DirNode:
         # Freshness clock reading: namespace/freshness.py); never, until its tree says.
         self.checked = float("-inf")
         self.first_inode = 0  # the inode of its first entry (fuse/inodes.py); 0: none yet
+        # Its first entry's inode when the kernel was last given its listing to keep
+        # (fuse/operations.py); -1: never.
+        self.kernel_listing = -1
         self._loader = loader
         # What it is, while loaded: for good, or while recent (namespace/recent.py).
         self.loaded: Loaded | None = None

@@ -50,6 +50,7 @@ def snapshot(
         "read_only": writeback is None,
         "uptime_seconds": round(counters.uptime, 3),
         "bytes_read": counters.bytes_read,
+        "directory_reads": counters.directory_reads,
         "direct_reads": counters.direct_reads,
         "cache_hits": counters.cache_hits,
         "cache_misses": counters.cache_misses,

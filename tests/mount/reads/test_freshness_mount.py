@@ -5,6 +5,7 @@ consolidated document), and an open, lookup or stat after ``--metadata-ttl`` (or
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -158,3 +159,34 @@ def test_xarray_append_to_a_consolidated_store_is_seen(tmp_path: Path) -> None:
         assert expected.shape == (5, 3)
         _stale_then_fresh(raw, expected.tobytes())
         assert np.load(m / "time" / "array.npy").tolist() == [0, 1, 2, 3, 4]
+
+
+def _directory_reads(m: Path) -> int:
+    return int(json.loads(_raw(m / ".zarrfs" / "stats"))["directory_reads"])
+
+
+def test_the_kernel_answers_a_listing_again_until_the_names_change(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    zarr.open_group(str(root), mode="w", zarr_format=2)
+    _array(root, "a", 2)
+    with mounted(root, "--read-only", "--metadata-ttl", "600") as m:
+        listed = sorted(os.listdir(m.path))
+        assert listed == [".zarrfs", ".zattrs", ".zgroup", "a", "group.nc"]
+        before = _directory_reads(m.path)
+        for _ in range(3):  # each an open, then readdir answered by the kernel
+            assert sorted(os.listdir(m.path)) == listed
+            assert sorted(os.listdir(m / "a")) == sorted(os.listdir(m / "a"))
+        after_a = _directory_reads(m.path)
+        assert sorted(os.listdir(m.path)) == listed
+        assert _directory_reads(m.path) == after_a
+        # "a" was listed for the first time above: one listing's requests, no more.
+        assert after_a - before <= 2
+        _array(root, "b", 2)
+        assert sorted(os.listdir(m.path)) == listed  # within the TTL
+        assert _raw(m / ".zarrfs" / "refresh") == b""
+        assert sorted(os.listdir(m.path)) == [*listed[:4], "b", "group.nc"]
+        assert _directory_reads(m.path) > after_a
+        # The new listing names each entry's new number, as lookups do.
+        listed_inodes = {e.name: e.inode() for e in os.scandir(m.path)}
+        assert listed_inodes["b"] == os.stat(m / "b").st_ino
+        assert listed_inodes["a"] == os.stat(m / "a").st_ino
