@@ -16,6 +16,7 @@ states and the resize bookkeeping through it. The parts, each with one job:
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -71,6 +72,26 @@ class WriteBackLink:
         return state
 
 
+_MAKING = threading.Lock()  # making an array's parts (once per array: rare)
+
+
+class _Parts:
+    """An array's parts but its live metadata, made together (see above)."""
+
+    __slots__ = ("chunks", "read_ahead", "reader", "stale", "visible", "writer")
+
+    def __init__(self, owner: ArrayState, writeback: WriteBack | None) -> None:
+        live, cache = owner.live, owner.cache
+        link = None if writeback is None else WriteBackLink(owner, writeback)
+        self.chunks = ChunkStates(link)
+        self.stale = StaleUnits(live, self.chunks.dirty)
+        self.visible = LiveChunks(live, self.chunks, self.stale, cache)
+        self.reader = ArrayReader(live, self.visible, cache)
+        self.read_ahead = ReadAhead(live, self.visible, self.reader, cache)
+        chunk_writer = ChunkWriter(live, self.chunks, self.visible, self.stale, cache, link)
+        self.writer = ArrayWriter(live, self.chunks, self.stale, chunk_writer, link)
+
+
 class ArrayState:
     """One array's live state: its parts (see above), the file-like calls views
     make, and what write-back asks of its chunks and resizes."""
@@ -84,16 +105,45 @@ class ArrayState:
     ) -> None:
         self.documents = documents  # shared with the tree: the shown metadata files
         self.cache = cache
-        link = None if writeback is None else WriteBackLink(self, writeback)
         self.live = LiveMeta(meta)
-        self.chunks = ChunkStates(link)
-        self.stale = StaleUnits(self.live, self.chunks.dirty)
-        self.visible = LiveChunks(self.live, self.chunks, self.stale, cache)
-        self.reader = ArrayReader(self.live, self.visible, cache)
-        self.read_ahead = ReadAhead(self.live, self.visible, self.reader, cache)
-        chunk_writer = ChunkWriter(self.live, self.chunks, self.visible, self.stale, cache, link)
-        self.writer = ArrayWriter(self.live, self.chunks, self.stale, chunk_writer, link)
+        self._writeback = writeback
+        # The other parts, made at their first use: listing an array asks its files'
+        # sizes (the metadata's), and a walk of 10 000 arrays reads none of them.
+        self._parts: _Parts | None = None
         self._big_endian: BigEndianReads | None = None
+
+    def _made(self) -> _Parts:
+        parts = self._parts
+        if parts is None:
+            with _MAKING:
+                parts = self._parts
+                if parts is None:
+                    parts = self._parts = _Parts(self, self._writeback)
+        return parts
+
+    @property
+    def chunks(self) -> ChunkStates:
+        return self._made().chunks
+
+    @property
+    def stale(self) -> StaleUnits:
+        return self._made().stale
+
+    @property
+    def visible(self) -> LiveChunks:
+        return self._made().visible
+
+    @property
+    def reader(self) -> ArrayReader:
+        return self._made().reader
+
+    @property
+    def read_ahead(self) -> ReadAhead:
+        return self._made().read_ahead
+
+    @property
+    def writer(self) -> ArrayWriter:
+        return self._made().writer
 
     @property
     def meta(self) -> ArrayMeta:
@@ -103,7 +153,8 @@ class ArrayState:
 
     @property
     def size(self) -> int:
-        return self.writer.size
+        parts = self._parts
+        return self.live.meta.nbytes if parts is None else parts.writer.size
 
     @property
     def row_nbytes(self) -> int | None:
