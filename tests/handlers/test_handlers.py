@@ -108,6 +108,36 @@ def test_readdir_sorted_and_resumable(ops: Operations, monkeypatch: pytest.Monke
     run(ops.releasedir, fh)
 
 
+def test_readdir_gives_what_lookup_gives_and_keeps_no_attributes(
+    ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed: dict[str, tuple[int, int, int, float]] = {}
+
+    def reply(token: object, name: bytes, attr: pyfuse3.EntryAttributes, next_id: int) -> bool:
+        # Copied now, as pyfuse3 copies them into the reply: the object may be reused.
+        listed[name.decode()] = (attr.st_ino, attr.st_size, attr.st_mode, attr.attr_timeout)
+        return True
+
+    monkeypatch.setattr(operations_module.pyfuse3, "readdir_reply", reply)
+    temperature = lookup_path(ops, "weather/temperature")
+    fh = run(open_dir, ops, temperature.st_ino)
+    run(ops.readdir, fh, 0, None)
+    run(ops.releasedir, fh)
+    assert {"array.raw", "array.npy", ".zarray", "info"} <= listed.keys()
+    directory = ops.tree.resolve("weather/temperature")
+    files = [n for n in ops.tree.entries(directory).values() if isinstance(n, FileNode)]
+    assert files and all(node.attributes is None for node in files)
+    for name, given in listed.items():
+        attr = run(ops.lookup, temperature.st_ino, name.encode(), None)
+        assert given == (attr.st_ino, attr.st_size, attr.st_mode, attr.attr_timeout), name
+    # Listed again once looked up: the same.
+    again = dict(listed)
+    fh = run(open_dir, ops, temperature.st_ino)
+    run(ops.readdir, fh, 0, None)
+    run(ops.releasedir, fh)
+    assert listed == again
+
+
 def test_statfs_and_xattrs(ops: Operations) -> None:
     data = run(ops.statfs, None)
     assert data.f_bsize > 0 and data.f_namemax == 255

@@ -203,17 +203,28 @@ class Operations(pyfuse3.Operations):
                 self._attrs.popitem(last=False)
         return attr
 
-    def listed_attributes(self, node: Node) -> pyfuse3.EntryAttributes:
-        """What a listing (READDIRPLUS) gives of a node: its attributes, but a file
-        whose size would cost more than a listing should (``group.nc``: every array
-        of its group parsed) is given as of size 0 and cached for no time, so that the
-        kernel asks its first lookup or stat, which works the size out."""
-        if isinstance(node, FileNode) and node.view.size_at_hand() is None:
-            attr = self._new_attributes(node, self.inodes.inode_of(node))
-            attr.entry_timeout = attr.attr_timeout = 0
-            attr.st_size = attr.st_blocks = 0
-            return attr
-        return self.attributes(node)
+    def listed_attributes(
+        self, node: Node, scratch: pyfuse3.EntryAttributes
+    ) -> pyfuse3.EntryAttributes:
+        """What a listing (READDIRPLUS) gives of a node: its attributes. A file's are
+        written into ``scratch`` unless a lookup made them already (pyfuse3 copies
+        them into the reply): a walk of 10 000 arrays keeps no attributes object per
+        file. A file whose size would cost more than a listing should
+        (``group.nc``: every array of its group parsed) is given as of size 0 and
+        cached for no time, so that the kernel asks its first lookup or stat, which
+        works the size out."""
+        if not isinstance(node, FileNode):
+            return self.attributes(node)
+        size = node.view.size_at_hand()
+        attr = node.attributes
+        if attr is None or size is None:
+            attr = self._fill_attributes(scratch, node, self.inodes.inode_of(node))
+            if size is None:
+                attr.entry_timeout = attr.attr_timeout = 0
+                size = 0
+        attr.st_size = size
+        attr.st_blocks = -(-size // 512)
+        return attr
 
     def _fresh_document(self, node: Node) -> bool:
         """A metadata document of a write mount: a flush may rewrite it at any time,
@@ -221,7 +232,12 @@ class Operations(pyfuse3.Operations):
         return not self.read_only and isinstance(node, FileNode) and node.view.document
 
     def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
-        attr = pyfuse3.EntryAttributes()
+        return self._fill_attributes(pyfuse3.EntryAttributes(), node, inode)
+
+    def _fill_attributes(
+        self, attr: pyfuse3.EntryAttributes, node: Node, inode: int
+    ) -> pyfuse3.EntryAttributes:
+        """``attr`` made ``node``'s (numbered ``inode``), but for a file's size."""
         attr.st_ino = inode
         attr.generation = 0
         attr.entry_timeout = self.ttl
@@ -348,9 +364,10 @@ class Operations(pyfuse3.Operations):
         listing = self.dirs.get(fh)
         names, nodes = listing.names, listing.nodes
         attributes = self.listed_attributes
+        scratch = pyfuse3.EntryAttributes()
         for position in range(start_id, len(names)):
             if not pyfuse3.readdir_reply(
-                token, names[position], attributes(nodes[position]), position + 1
+                token, names[position], attributes(nodes[position], scratch), position + 1
             ):
                 break
 
