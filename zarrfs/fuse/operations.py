@@ -11,8 +11,6 @@ import contextlib
 import errno
 import logging
 import os
-import stat
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +23,7 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse import kernel, pages
+from zarrfs.fuse.attributes import Attributes
 from zarrfs.fuse.boundary import boundary
 from zarrfs.fuse.inodes import HandleTable, InodeTable
 from zarrfs.namespace.listing import DirListing
@@ -48,10 +47,6 @@ NO_DIRECT_READS = (
     "scripts/build_libfuse.sh can)"
 )
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
-# Directories' attributes are kept for the most recently asked ones only, so that a
-# listed node costs nothing here (docs/semantics.md, "Limits and hostile input");
-# a file's are kept with it, as long as the tree keeps the file.
-MAX_DIRECTORY_ATTRIBUTES = 16_384
 
 
 @dataclass(eq=False)
@@ -95,13 +90,11 @@ class Operations(pyfuse3.Operations):
         # Set when the kernel's INIT has been answered: its settings are in force.
         self.initialised = trio.Event()
         self.dirs: HandleTable[DirListing] = HandleTable()
-        self._attrs: OrderedDict[int, pyfuse3.EntryAttributes] = OrderedDict()  # directories'
-        self._uid = os.getuid()
-        self._gid = os.getgid()
         # The kernel keeps names and attributes as long as the tree serves them
         # unchecked: what changes through the mount is invalidated when it changes,
         # what changes in the store is seen after the TTL (namespace/freshness.py).
         self.ttl = tree.freshness.ttl
+        self.attrs = Attributes(self.inodes, self.ttl, self.read_only)
         tree.add_refresh_listener(self._refreshed)
         # Whether the kernel maps direct I/O files shared is asked once, at the first
         # open of array data (fuse/directio.py); None: never (handler tests). Reads of
@@ -143,16 +136,16 @@ class Operations(pyfuse3.Operations):
         for directory, old_names in changes.relisted:
             directory_inode = self.inodes.inode_of(directory)
             for inode in self.inodes.renumber(directory, old_names):
-                self._attrs.pop(inode, None)
+                self.attrs.drop(inode)
                 self.page_cached.discard(inode)
             names += [(directory_inode, os.fsencode(name)) for name in old_names]
-            self._attrs.pop(directory_inode, None)
+            self.attrs.drop(directory_inode)
             # Its listing, as the kernel may have kept it, too.
             directory.kernel_listing = -1
             inodes.append((directory_inode, False))
         for directory in changes.reloaded:
             directory_inode = self.inodes.inode_of(directory)
-            self._attrs.pop(directory_inode, None)
+            self.attrs.drop(directory_inode)
             inodes.append((directory_inode, True))
             if not directory.first_inode:
                 continue  # never numbered: the kernel holds none of its files
@@ -170,7 +163,7 @@ class Operations(pyfuse3.Operations):
     async def _refreshed(self) -> None:
         """``.zarrfs/refresh``: the kernel forgets every attribute and page it holds,
         so that each next use comes here, and is checked."""
-        self._attrs.clear()
+        self.attrs.clear()
         self.page_cached.clear()
         if self.mounted:
             held = [(inode, False) for inode in self.inodes.held()]
@@ -181,87 +174,6 @@ class Operations(pyfuse3.Operations):
         if not isinstance(node, DirNode):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return node
-
-    def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
-        """The node's attributes; built once per node while it is kept, the size kept
-        current.
-
-        pyfuse3 copies them into each reply, so one object per inode can be reused.
-        """
-        if isinstance(node, FileNode):
-            attr = node.attributes
-            if attr is None:
-                attr = node.attributes = self._new_attributes(node, self.inodes.inode_of(node))
-            attr.st_size = node.view.size
-            attr.st_blocks = -(-attr.st_size // 512)
-            return attr
-        inode = self.inodes.inode_of(node)
-        attr = self._attrs.get(inode)
-        if attr is None:
-            attr = self._attrs[inode] = self._new_attributes(node, inode)
-            if len(self._attrs) > MAX_DIRECTORY_ATTRIBUTES:
-                self._attrs.popitem(last=False)
-        return attr
-
-    def listed_attributes(
-        self, node: Node, scratch: pyfuse3.EntryAttributes
-    ) -> pyfuse3.EntryAttributes:
-        """What a listing (READDIRPLUS) gives of a node: its attributes. A file's are
-        written into ``scratch`` unless a lookup made them already (pyfuse3 copies
-        them into the reply): a walk of 10 000 arrays keeps no attributes object per
-        file. A file whose size would cost more than a listing should
-        (``group.nc``: every array of its group parsed) is given as of size 0 and
-        cached for no time, so that the kernel asks its first lookup or stat, which
-        works the size out."""
-        if not isinstance(node, FileNode):
-            return self.attributes(node)
-        size = node.view.size_at_hand()
-        attr = node.attributes
-        if attr is None or size is None:
-            attr = self._fill_attributes(scratch, node, self.inodes.inode_of(node))
-            if size is None:
-                attr.entry_timeout = attr.attr_timeout = 0
-                size = 0
-        attr.st_size = size
-        attr.st_blocks = -(-size // 512)
-        return attr
-
-    def _fresh_document(self, node: Node) -> bool:
-        """A metadata document of a write mount: a flush may rewrite it at any time,
-        so the kernel keeps neither its size nor its pages."""
-        return not self.read_only and isinstance(node, FileNode) and node.view.document
-
-    def _new_attributes(self, node: Node, inode: int) -> pyfuse3.EntryAttributes:
-        return self._fill_attributes(pyfuse3.EntryAttributes(), node, inode)
-
-    def _fill_attributes(
-        self, attr: pyfuse3.EntryAttributes, node: Node, inode: int
-    ) -> pyfuse3.EntryAttributes:
-        """``attr`` made ``node``'s (numbered ``inode``), but for a file's size."""
-        attr.st_ino = inode
-        attr.generation = 0
-        attr.entry_timeout = self.ttl
-        attr.attr_timeout = self.ttl
-        if isinstance(node, DirNode):
-            attr.st_mode = stat.S_IFDIR | 0o555
-            attr.st_nlink = 2
-            attr.st_size = 0
-        else:
-            write_bits = 0 if self.read_only or not node.view.writable else 0o200
-            attr.st_mode = stat.S_IFREG | 0o444 | write_bits
-            attr.st_nlink = 1
-            if unlisted(node):
-                # Looked up at each open: the lookup stores what the mount holds
-                # unstored and finds the value's current size.
-                attr.entry_timeout = attr.attr_timeout = 0
-            elif self._fresh_document(node):
-                attr.attr_timeout = 0
-        attr.st_uid = self._uid
-        attr.st_gid = self._gid
-        attr.st_blksize = 128 * 1024
-        mtime_ns = int(node.mtime * 1e9)
-        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime_ns
-        return attr
 
     # -- namespace --------------------------------------------------------------------
 
@@ -278,7 +190,7 @@ class Operations(pyfuse3.Operations):
             node = await self.tree.find_unlisted(parent, os.fsdecode(name))
             if node is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-        attr = self.attributes(node)
+        attr = self.attrs.of(node)
         self.inodes.remember(attr.st_ino)
         return attr
 
@@ -286,7 +198,7 @@ class Operations(pyfuse3.Operations):
     async def forget(self, inode_list: list[tuple[int, int]]) -> None:
         for inode, count in inode_list:
             if self.inodes.forget(inode, count):
-                self._attrs.pop(inode, None)
+                self.attrs.drop(inode)
                 self.page_cached.discard(inode)
 
     @boundary
@@ -298,12 +210,12 @@ class Operations(pyfuse3.Operations):
         if directory is not None and not self.tree.fresh(directory):
             await self._fresh(directory)
             node = self.inodes.node(inode)  # made anew if its directory changed
-        attr = self.attributes(node)
+        attr = self.attrs.of(node)
         if attr.st_ino != inode:
             # An old number of an entry numbered anew (its directory changed): it is
             # answered under the number asked, until the kernel has forgotten it.
-            attr = self._new_attributes(node, inode)
-            attr.st_size = self.attributes(node).st_size
+            attr = self.attrs.new(node, inode)
+            attr.st_size = self.attrs.of(node).st_size
             attr.st_blocks = -(-attr.st_size // 512)
         return attr
 
@@ -325,7 +237,7 @@ class Operations(pyfuse3.Operations):
             await self._changed(inode, data=True)
         # Times, mode and owner follow the store; changing them is accepted and ignored,
         # as on sshfs, so `touch` and `cp -p` work.
-        return self.attributes(node)
+        return self.attrs.of(node)
 
     @boundary
     async def opendir(
@@ -341,9 +253,7 @@ class Operations(pyfuse3.Operations):
         fh = self.dirs.add(listing)
         if not CACHED_LISTINGS or not len(listing) or unlisted(directory):
             return fh  # (a chunk key's directory lists nothing)
-        return pyfuse3.FileInfo(
-            fh=fh, keep_cache=self._listing_kept(directory), cache_readdir=True
-        )
+        return pyfuse3.FileInfo(fh=fh, keep_cache=self._listing_kept(directory), cache_readdir=True)
 
     def _listing_kept(self, directory: DirNode) -> bool:
         """Whether the listing the kernel may hold of ``directory`` is still its own.
@@ -363,7 +273,7 @@ class Operations(pyfuse3.Operations):
         self.counters.directory_reads += 1
         listing = self.dirs.get(fh)
         names, nodes = listing.names, listing.nodes
-        attributes = self.listed_attributes
+        attributes = self.attrs.listed
         scratch = pyfuse3.EntryAttributes()
         for position in range(start_id, len(names)):
             if not pyfuse3.readdir_reply(
@@ -398,7 +308,7 @@ class Operations(pyfuse3.Operations):
         # Before any handle of array data exists, the kernel is asked whether it maps
         # direct I/O files shared: how reads are served, and how writes drop pages.
         direct = node.view.reads_counted and await self._direct_reads()
-        if self._fresh_document(node):
+        if self.attrs.fresh_document(node):
             await self.tree.store_shapes(self.inodes.parent(inode))
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True)
         if flags & _WRITE_FLAGS:
