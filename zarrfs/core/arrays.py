@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 
@@ -74,22 +74,23 @@ class WriteBackLink:
 
 _MAKING = threading.Lock()  # making an array's parts (once per array: rare)
 
+P = TypeVar("P")
 
-class _Parts:
-    """An array's parts but its live metadata, made together (see above)."""
 
-    __slots__ = ("chunks", "read_ahead", "reader", "stale", "visible", "writer")
+class _Part(Generic[P]):
+    """One of an array's parts but its live metadata. All are made together at the
+    first use of any (``ArrayState.make_parts``) and set on the state itself, which
+    then answers every later use without this descriptor (it defines no ``__set__``,
+    so the instance's own attribute wins)."""
 
-    def __init__(self, owner: ArrayState, writeback: WriteBack | None) -> None:
-        live, cache = owner.live, owner.cache
-        link = None if writeback is None else WriteBackLink(owner, writeback)
-        self.chunks = ChunkStates(link)
-        self.stale = StaleUnits(live, self.chunks.dirty)
-        self.visible = LiveChunks(live, self.chunks, self.stale, cache)
-        self.reader = ArrayReader(live, self.visible, cache)
-        self.read_ahead = ReadAhead(live, self.visible, self.reader, cache)
-        chunk_writer = ChunkWriter(live, self.chunks, self.visible, self.stale, cache, link)
-        self.writer = ArrayWriter(live, self.chunks, self.stale, chunk_writer, link)
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, state: ArrayState | None, owner: type | None = None) -> P:
+        if state is None:
+            return self  # type: ignore[return-value]  # (asked of the class)
+        state.make_parts()
+        return state.__dict__[self._name]  # type: ignore[no-any-return]
 
 
 class ArrayState:
@@ -107,43 +108,38 @@ class ArrayState:
         self.cache = cache
         self.live = LiveMeta(meta)
         self._writeback = writeback
-        # The other parts, made at their first use: listing an array asks its files'
-        # sizes (the metadata's), and a walk of 10 000 arrays reads none of them.
-        self._parts: _Parts | None = None
         self._big_endian: BigEndianReads | None = None
 
-    def _made(self) -> _Parts:
-        parts = self._parts
-        if parts is None:
-            with _MAKING:
-                parts = self._parts
-                if parts is None:
-                    parts = self._parts = _Parts(self, self._writeback)
-        return parts
+    # The other parts, made at their first use: listing an array asks its files'
+    # sizes (the metadata's), and a walk of 10 000 arrays reads none of them.
+    chunks: _Part[ChunkStates] = _Part()
+    stale: _Part[StaleUnits] = _Part()
+    visible: _Part[LiveChunks] = _Part()
+    reader: _Part[ArrayReader] = _Part()
+    read_ahead: _Part[ReadAhead] = _Part()
+    writer: _Part[ArrayWriter] = _Part()
 
-    @property
-    def chunks(self) -> ChunkStates:
-        return self._made().chunks
-
-    @property
-    def stale(self) -> StaleUnits:
-        return self._made().stale
-
-    @property
-    def visible(self) -> LiveChunks:
-        return self._made().visible
-
-    @property
-    def reader(self) -> ArrayReader:
-        return self._made().reader
-
-    @property
-    def read_ahead(self) -> ReadAhead:
-        return self._made().read_ahead
-
-    @property
-    def writer(self) -> ArrayWriter:
-        return self._made().writer
+    def make_parts(self) -> None:
+        """Make the parts above (asked by the first use of any), once."""
+        with _MAKING:
+            if "writer" in self.__dict__:
+                return  # made meanwhile
+            live, cache = self.live, self.cache
+            writeback = self._writeback
+            link = None if writeback is None else WriteBackLink(self, writeback)
+            chunks = ChunkStates(link)
+            stale = StaleUnits(live, chunks.dirty)
+            visible = LiveChunks(live, chunks, stale, cache)
+            reader = ArrayReader(live, visible, cache)
+            chunk_writer = ChunkWriter(live, chunks, visible, stale, cache, link)
+            self.__dict__.update(
+                chunks=chunks,
+                stale=stale,
+                visible=visible,
+                reader=reader,
+                read_ahead=ReadAhead(live, visible, reader, cache),
+                writer=ArrayWriter(live, chunks, stale, chunk_writer, link),
+            )
 
     @property
     def meta(self) -> ArrayMeta:
@@ -153,8 +149,8 @@ class ArrayState:
 
     @property
     def size(self) -> int:
-        parts = self._parts
-        return self.live.meta.nbytes if parts is None else parts.writer.size
+        writer = self.__dict__.get("writer")
+        return self.live.meta.nbytes if writer is None else writer.size
 
     @property
     def row_nbytes(self) -> int | None:
