@@ -4,8 +4,11 @@ raise and never give unbounded or unprintable text."""
 
 from __future__ import annotations
 
+import ast
 import math
 import re
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.support.info import meta_of
 from tests.support.stores import v2_zarray
-from zarrfs.formats.conventions import Conventions, Crs, Surroundings, TimeAxis, conventions_of
+from zarrfs.formats.conventions import Conventions, Crs, Surroundings, TimeAxis, cf, conventions_of
 from zarrfs.formats.conventions.cf import (
     MAX_ATTRIBUTES,
     MAX_BANDS,
@@ -339,3 +342,54 @@ def test_hostile_attributes_never_raise_and_stay_bounded(
     assert len(found.attributes) <= MAX_ATTRIBUTES
     if found.geotransform is not None:
         assert all(math.isfinite(v) for v in found.geotransform)
+
+
+def _names_cf_reads() -> list[str]:
+    """Every string literal of cf.py that could be an attribute's name: the names
+    its readers look up, found without trusting the module's own list of them."""
+    tree = ast.parse(Path(cf.__file__).read_text())
+    return sorted(
+        {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"[A-Za-z_][A-Za-z_:0-9]*", node.value)
+        }
+    )
+
+
+READ_NAMES = _names_cf_reads()
+ANY_ATTRS = st.dictionaries(
+    st.sampled_from(READ_NAMES) | st.text(max_size=10),
+    JSON | st.sampled_from([WKT2_4326, "EPSG:4326", "days since 2000-01-01", "m"]),
+    max_size=6,
+)
+
+
+def test_the_names_cf_reads_include_those_of_its_cases() -> None:
+    for name in ("grid_mapping", "proj:projjson", "spatial:transform", "_ARRAY_DIMENSIONS"):
+        assert name in READ_NAMES
+
+
+@settings(max_examples=400, deadline=None)
+@given(attrs=ANY_ATTRS, group=ANY_ATTRS, dims=st.none() | st.lists(KEYS, min_size=3, max_size=3))
+def test_an_array_found_plain_by_names_alone_has_the_facts_a_full_reading_finds(
+    attrs: dict, group: dict, dims: list[str] | None
+) -> None:
+    meta = array(attrs)
+    if dims is not None:
+        meta = replace(meta, dimension_names=tuple(dims))
+    siblings = {name: coordinate(name, n, units="days since 2000-01-01") for name, n in (
+        ("time", 3), ("lat", 4), ("lon", 5), ("spatial_ref", 1))}  # fmt: skip
+    where = around(siblings, group)
+    if cf.plain(meta, where):
+        assert cf._read_cf(meta, where) == read_cf(meta, where)
+        assert read_cf(meta, where) == Conventions(attributes=read_cf(meta, where).attributes)
+
+
+def test_an_array_with_one_convention_word_is_not_plain() -> None:
+    assert cf.plain(array({"index": 1}), around())
+    assert not cf.plain(array({"units": "m"}), around())
+    assert not cf.plain(array({}), around(group={"proj:epsg": 4326}))
+    assert not cf.plain(replace(array({}), dimension_names=("y", "x", "z")), around())

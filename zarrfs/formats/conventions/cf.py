@@ -395,12 +395,40 @@ _CF_WORDS = ("grid_mapping", "_FillValue", "missing_value", "scale_factor", "add
 _CF_WORDS += ("units", "long_name", "standard_name", "_ARRAY_DIMENSIONS")
 
 
+# Every attribute ``_read_cf`` reads, of the array and of its group. An array that
+# names no dimensions, and where neither holds any of them, follows no convention
+# read here (most arrays of a large listing): its facts are its attributes alone.
+_ARRAY_WORDS = frozenset(
+    {"grid_mapping", "crs_wkt", "spatial_ref", "epsg_code", "Conventions", *_CF_WORDS}
+    | {"proj:code", "proj:epsg", "proj:projjson", "proj:wkt2", "spatial:transform"}
+)
+_GROUP_WORDS = frozenset(
+    {"Conventions", "proj:code", "proj:epsg", "proj:projjson", "proj:wkt2", "spatial:transform"}
+)
+
+
 def read_cf(meta: ArrayMeta, around: Surroundings) -> Conventions:
     """The CF/geo facts of ``meta``."""
     try:
+        if plain(meta, around):
+            return Conventions(attributes=_attributes(meta.attrs))
         return _read_cf(meta, around)
     except Exception:  # hostile attributes of a shape not foreseen: no facts, no error
         return Conventions()
+
+
+def plain(meta: ArrayMeta, around: Surroundings) -> bool:
+    """Whether ``meta`` follows none of the conventions read here, seen from the
+    names of its attributes and its group's alone (``_read_cf`` would find nothing
+    but the attributes)."""
+    attrs, group = meta.attrs, around.group_attrs
+    return (
+        type(attrs) is dict
+        and type(group) is dict
+        and meta.dimension_names is None
+        and attrs.keys().isdisjoint(_ARRAY_WORDS)
+        and group.keys().isdisjoint(_GROUP_WORDS)
+    )
 
 
 def _read_cf(meta: ArrayMeta, around: Surroundings) -> Conventions:
