@@ -10,6 +10,7 @@ venv's pyfuse3 runs on the libfuse scripts/build_libfuse.sh builds into <repo>/.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -168,3 +169,15 @@ def test_the_venv_libfuse_carries_the_patch() -> None:
         timeout=60,
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_every_zarrfs_module_has_its_bytecode_compiled() -> None:
+    """A daemon imports some 140 modules of zarrfs before it mounts; where writing
+    bytecode is off (PYTHONDONTWRITEBYTECODE) it would compile each at every start
+    unless install.sh compiled them, as pip does at a regular install."""
+    missing = [
+        str(source.relative_to(REPO))
+        for source in sorted((REPO / "zarrfs").rglob("*.py"))
+        if not Path(importlib.util.cache_from_source(str(source))).is_file()
+    ]
+    assert not missing, f"no compiled bytecode for {missing[:5]} (run scripts/install.sh)"
