@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import tracemalloc
@@ -177,12 +178,12 @@ def test_a_document_json_refuses_is_refused_wherever_it_breaks() -> None:
         parse_consolidated(text.encode().replace(b"zarr_format", b"zarr\xff_format"))
 
 
-def test_an_entry_too_large_once_indented_hides_its_node(
+def test_an_entry_too_large_once_indented_fails_its_node(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Indenting multiplies a deeply nested entry (here 400 KB become 100 MB): its
-    node is hidden with one log line, as a document too large in the store is, and
-    no more than the bound of a node's document is made of it."""
+    node is listed (the listing parses no entry) and fails at every use (EIO) with
+    one log line, and no more than the bound of a node's document is made of it."""
     root = tmp_path / "s.zarr"
     value: object = [0] * 200_000
     for _ in range(250):
@@ -204,11 +205,15 @@ def test_an_entry_too_large_once_indented_hides_its_node(
         with caplog.at_level(logging.WARNING):
             tree, _ = counting_tree(root)
             names = list(tree.entries(tree.root))
+            for _ in range(2):
+                with pytest.raises(MetadataError, match="16777216 bytes") as failed:
+                    tree.entries(tree.resolve("a"))  # type: ignore[arg-type]
+                assert failed.value.errno == errno.EIO and failed.value.logged
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert names == [".zgroup", ".zmetadata", "b", "group.nc"]
-    said = [r.getMessage() for r in caplog.records if "hiding a" in r.getMessage()]
+    assert names == [".zgroup", ".zmetadata", "a", "b", "group.nc"]
+    said = [r.getMessage() for r in caplog.records if "cannot show a" in r.getMessage()]
     assert len(said) == 1 and "16777216 bytes" in said[0], caplog.text
     assert peak < 64 << 20, peak
 

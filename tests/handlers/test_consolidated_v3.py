@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -22,11 +23,13 @@ from tests.support.consolidated import (
     hierarchy_entries,
     root_document,
     write_store,
+    write_v2_hierarchy,
 )
 from tests.support.handlers import walk
 from zarrfs.errors import InvalidValueError, MetadataError
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import parse_consolidated, parse_v3_consolidated
+from zarrfs.namespace import tree as tree_module
 from zarrfs.namespace.nodes import DirNode, FileNode
 from zarrfs.namespace.tree import Tree
 
@@ -219,9 +222,11 @@ def test_nodes_missing_from_the_listing_are_not_shown(tmp_path: Path) -> None:
     assert store.gets["zarr.json"] == 1
 
 
-def test_a_malformed_entry_hides_that_node_with_one_log_line(
+def test_a_malformed_entry_fails_that_node_with_one_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Listing a group parses none of its children: a malformed entry is listed, and
+    fails at every use (EIO), said once; the others are served."""
     root = tmp_path / "s.zarr"
     entries = hierarchy_entries(groups=1, arrays=2)
     entries["g0/bad"] = {**ARRAY, "shape": [-1]}
@@ -229,8 +234,15 @@ def test_a_malformed_entry_hides_that_node_with_one_log_line(
     write_store(root, entries)
     with caplog.at_level(logging.WARNING):
         tree, store = counting_tree(root)
-        names = list(tree.entries(tree.resolve("g0")))  # type: ignore[arg-type]
-    assert names == ["a0", "a1", "group.nc", "zarr.json"]
+        group = tree.resolve("g0")
+        names = list(tree.entries(group))  # type: ignore[arg-type]
+        for _ in range(2):
+            for name in ("bad", "odd"):
+                with pytest.raises(MetadataError) as failed:
+                    tree.entries(tree.lookup(group, name))  # type: ignore[arg-type]
+                assert failed.value.errno == errno.EIO and failed.value.logged
+        assert "array.raw" in tree.entries(tree.resolve("g0/a1"))  # type: ignore[arg-type]
+    assert names == ["a0", "a1", "bad", "group.nc", "odd", "zarr.json"]
     assert len([r for r in caplog.records if "g0/bad" in r.getMessage()]) == 1
     assert len([r for r in caplog.records if "g0/odd" in r.getMessage()]) == 1
     assert store.gets == Counter({"zarr.json": 1})
@@ -268,3 +280,72 @@ def test_a_root_zarr_json_may_be_as_large_as_consolidated_metadata(
     monkeypatch.setattr(hierarchy, "ROOT_LIMIT", size - 1)
     with pytest.raises(InvalidValueError):
         counting_tree(root)
+
+
+def _counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the nodes parsed from here on."""
+    parsed: list[str] = []
+    real = hierarchy.node_in
+
+    def node_in(listing: object, path: str, documents: dict[str, bytes]) -> object:
+        parsed.append(path)
+        return real(listing, path, documents)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hierarchy, "node_in", node_in)
+    return parsed
+
+
+@pytest.mark.parametrize("layout", ["v2", "v3"])
+def test_listing_a_group_parses_none_of_its_arrays_until_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """The group's listing makes its children from the listing's names alone (but
+    the first array, which says that group.nc is there); an array is parsed at its
+    first use, once, with the siblings after it that were never parsed (up to
+    PARSE_AHEAD: a walk uses them next)."""
+    root = tmp_path / "s.zarr"
+    if layout == "v2":
+        write_v2_hierarchy(root, groups=1, arrays=50)
+    else:
+        write_store(root, hierarchy_entries(groups=1, arrays=50))
+    tree, _ = counting_tree(root)
+    parsed = _counting_parses(monkeypatch)
+    group = tree.lookup(tree.root, "g0")
+    names = list(tree.entries(group))  # type: ignore[arg-type]
+    assert [n for n in names if n.startswith("a")] == sorted(f"a{i}" for i in range(50))
+    assert "group.nc" in names
+    assert parsed == ["g0", "g0/a0"], parsed
+    monkeypatch.setattr(tree_module, "PARSE_AHEAD", 20)
+    for name in ("a7", "a7", "a8", "a3", "a2"):
+        assert "array.raw" in tree.entries(tree.lookup(group, name))  # type: ignore[arg-type]
+    in_order = sorted(f"a{i}" for i in range(50))  # as listed: a0, a1, a10, ...
+    expected = ["g0", "g0/a0"]
+    for name in ("a7", "a8", "a3", "a2"):
+        if f"g0/{name}" not in expected:
+            at = in_order.index(name)
+            ahead = [f"g0/{n}" for n in in_order[at + 1 : at + 21]]
+            expected += [f"g0/{name}", *(p for p in ahead if p not in expected)]
+    assert parsed == expected, parsed
+    assert len(set(parsed)) == len(parsed)  # none twice
+
+
+def test_group_nc_is_listed_where_a_later_child_has_a_netcdf_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Children are parsed up to the first array of a netCDF type; a group with none
+    has no group.nc, and its children are not parsed again at its next listing."""
+    root = tmp_path / "s.zarr"
+    booleans = {**ARRAY, "data_type": "bool", "fill_value": False}
+    entries = {"g0": GROUP, "g1": GROUP}
+    entries |= {f"g0/b{i}": booleans for i in range(3)} | {"g0/c": ARRAY}
+    entries |= {f"g1/b{i}": booleans for i in range(3)}
+    write_store(root, entries)
+    tree, _ = counting_tree(root)
+    parsed = _counting_parses(monkeypatch)
+    assert "group.nc" in tree.entries(tree.resolve("g0"))  # type: ignore[arg-type]
+    assert "group.nc" not in tree.entries(tree.resolve("g1"))  # type: ignore[arg-type]
+    assert sorted(parsed) == ["g0", "g0/b0", "g0/b1", "g0/b2", "g0/c", "g1"] + [
+        f"g1/b{i}" for i in range(3)
+    ]
+    shown = tree.resolve("g0/group.nc")
+    assert isinstance(shown, FileNode) and shown.view.size > 0

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from zarrfs.core.arrays import ArrayState
 from zarrfs.core.write.writeback import WriteBack
+from zarrfs.errors import MetadataError, StoreError
 from zarrfs.formats.conventions import Axis, Conventions, Surroundings, conventions_of
 from zarrfs.formats.model import ArrayMeta, GroupMeta
 from zarrfs.formats.netcdf import has_netcdf_type
@@ -159,7 +160,12 @@ def _sibling_array(node: DirNode, name: str) -> ArrayState | None:
     coordinates), from the group's children: the parent was listed to reach it."""
     children = node.parent.children if node.parent is not None else None
     sibling = children.get(name) if children is not None else None
-    return sibling.state if sibling is not None and sibling is not node else None
+    if sibling is None or sibling is node:
+        return None
+    try:
+        return sibling.state
+    except (MetadataError, StoreError):  # a sibling that cannot be shown is none
+        return None
 
 
 def _volumes_directory(
@@ -189,21 +195,37 @@ def surroundings(node: DirNode) -> Surroundings:
     return Surroundings(node.name, sibling, group_attrs)
 
 
-def add_group_file(node: DirNode, entries: dict[str, Node]) -> None:
-    """``group.nc`` (views/netcdf.py) among a listed group's ``entries``, where a
-    child array has a netCDF type; never over a store member of that name."""
+def _netcdf_array(child: DirNode) -> bool:
+    """Whether ``child`` is an array of a netCDF type (one that cannot be shown is not)."""
+    try:
+        meta = child.meta
+    except (MetadataError, StoreError):
+        return False
+    return isinstance(meta, ArrayMeta) and has_netcdf_type(meta)
+
+
+def _netcdf_arrays(node: DirNode) -> tuple[str, ...]:
+    """The children of ``node`` that are variables of its ``group.nc``, settled at
+    the first use of the file: once per group, since a group of more arrays than the
+    tree keeps loaded would otherwise load them all again at each use."""
     names = node.netcdf_arrays
     if names is None:
-        # Once per group: a group of more arrays than the tree keeps loaded would
-        # otherwise load them all again each time it is listed again.
         children = node.children or {}
-        names = tuple(
-            name
-            for name, child in children.items()
-            if isinstance(child.meta, ArrayMeta) and has_netcdf_type(child.meta)
-        )
+        names = tuple(name for name, child in children.items() if _netcdf_array(child))
         node.netcdf_arrays = names
-    if not names:
+    return names
+
+
+def add_group_file(node: DirNode, entries: dict[str, Node]) -> None:
+    """``group.nc`` (views/netcdf.py) among a listed group's ``entries``, where a
+    child array has a netCDF type; never over a store member of that name. The
+    children are parsed up to the first such array only: listing a group of 10 000
+    arrays parses one of them."""
+    if node.netcdf_arrays is not None:
+        if not node.netcdf_arrays:
+            return
+    elif not any(_netcdf_array(child) for child in (node.children or {}).values()):
+        node.netcdf_arrays = ()  # every child was asked
         return
     if NC_NAME in entries:
         log.info("%s: its member %s is shown, not the netCDF view", node.path or "/", NC_NAME)
@@ -213,7 +235,7 @@ def add_group_file(node: DirNode, entries: dict[str, Node]) -> None:
         # Asked on each use: a node listed from consolidated metadata may be loaded
         # again (namespace/recent.py), with a new state.
         found = []
-        for name in names:
+        for name in _netcdf_arrays(node):
             child = (node.children or {}).get(name)
             state = child.state if child is not None else None
             if state is not None:

@@ -120,6 +120,7 @@ class DirNode:
         "name",
         "netcdf_arrays",
         "parent",
+        "parsed",
     )
 
     def __init__(self, loader: Loader, parent: DirNode | None, name: str, mtime: float) -> None:
@@ -143,6 +144,10 @@ class DirNode:
         # A group's children that are variables of its group.nc, settled when first
         # listed: listing it again (once let go) parses none of them again.
         self.netcdf_arrays: tuple[str, ...] | None = None
+        # Whether what it is was ever parsed: a node a consolidated listing names is
+        # made from its name alone and parsed at its first use; a str says why that
+        # failed (every use fails alike, said once).
+        self.parsed: bool | str = False
 
     def __repr__(self) -> str:
         return f"DirNode({self.path or '/'!r})"

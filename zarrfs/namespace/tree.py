@@ -25,6 +25,7 @@ makes formats/ log nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -58,6 +59,31 @@ from zarrfs.stores.base import UNCHANGED, Store, join_key
 from zarrfs.views.control import control_views
 
 log = logging.getLogger(__name__)
+
+# Siblings parsed with a node a consolidated listing named, at its first use.
+PARSE_AHEAD = 256
+
+
+def _report(path: str, found: hierarchy.Detected) -> None:
+    """Log what a node's first loading has to say of its documents."""
+    for warning in found.warnings:
+        log.warning("%s", warning)
+    if found.ignored:
+        log.warning(
+            "%s also holds %s; showing it as %s",
+            path or "/",
+            ", ".join(found.ignored),
+            next(iter(found.documents)),
+        )
+    meta = found.meta
+    if isinstance(meta, ArrayMeta) and meta.unsupported:
+        log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
+
+
+def _said(error: MetadataError | StoreError) -> MetadataError | StoreError:
+    """``error``, logged already: the FUSE boundary answers it without a line more."""
+    error.logged = True  # type: ignore[attr-defined]
+    return error
 
 
 class Tree:
@@ -148,8 +174,11 @@ class Tree:
         root); ``None`` if it is no Zarr node.
 
         Malformed metadata raises ``MetadataError`` only for the root; elsewhere the
-        node is hidden with one log line and the rest of the tree stays usable.
+        node is hidden with one log line and the rest of the tree stays usable. A
+        node a consolidated listing names is made from its name alone (``_named``).
         """
+        if path and self.consolidated is not None:
+            return self._named(parent, name, path)
         try:
             docs = self._read_docs(path, hierarchy.NODE_KEYS)
             found = hierarchy.node_in(self.consolidated, path, docs)
@@ -163,26 +192,26 @@ class Tree:
         if found is None:
             return None
         meta, docs = found.meta, dict(found.documents)
-        for warning in found.warnings:
-            log.warning("%s", warning)
-        if found.ignored:
-            log.warning(
-                "%s also holds %s; showing it as %s",
-                path or "/",
-                ", ".join(found.ignored),
-                next(iter(docs)),
-            )
+        _report(path, found)
         if isinstance(meta, GroupMeta) and not path:
             docs.update(self._root_extra)
-        if isinstance(meta, ArrayMeta) and meta.unsupported:
-            log.info("array %s: %s; showing its metadata only", meta.display_name, meta.unsupported)
         node = DirNode(self, parent, name, self._mtime(path, docs))
         node.checked = self.freshness.now()
-        loaded = self._make_loaded(path, meta, docs)
-        if self.consolidated is None or not path:
-            node.loaded = loaded  # for good
-        else:
-            self._recent.remember(node, loaded)
+        node.parsed = True
+        node.loaded = self._make_loaded(path, meta, docs)  # for good
+        return node
+
+    def _named(self, parent: DirNode | None, name: str, path: str) -> DirNode | None:
+        """The node ``path`` the consolidated listing names, made from the names of
+        its documents alone: listing a group parses none of its children. What it is,
+        is parsed at its first use (``_reload``); an entry that makes no node fails
+        there (EIO), with one log line, instead of being hidden from the listing."""
+        assert self.consolidated is not None
+        names = hierarchy.listed_documents(self.consolidated, path)
+        if not names:
+            return None
+        node = DirNode(self, parent, name, self._mtime(path, dict.fromkeys(names, b"")))
+        node.checked = self.freshness.now()
         return node
 
     def _make_loaded(self, path: str, meta: NodeMeta, docs: dict[str, bytes]) -> Loaded:
@@ -204,13 +233,26 @@ class Tree:
             return state
 
     def _reload(self, node: DirNode) -> Loaded:
-        """What a node listed from consolidated metadata is, parsed again from the
-        document (which made it once already, logging what it had to say)."""
+        """What a node listed from consolidated metadata is, parsed from the
+        document: at its first use, logging what it has to say then, or again once
+        let go. One that cannot be made fails at every use, logged once."""
         path = node.path
-        docs = self._read_docs(path, hierarchy.NODE_KEYS)
-        found = hierarchy.node_in(self.consolidated, path, docs)
-        if found is None:  # it was a node: the document has not changed
-            raise MetadataError(f"{path}: no longer a node")
+        if isinstance(node.parsed, str):
+            raise _said(MetadataError(node.parsed))
+        try:
+            docs = self._read_docs(path, hierarchy.NODE_KEYS)
+            found = hierarchy.node_in(self.consolidated, path, docs)
+            if found is None:  # its documents name no layout's metadata
+                raise MetadataError(f"{path}: no Zarr metadata in its entry")
+        except (MetadataError, StoreError) as e:
+            if node.parsed is False:
+                node.parsed = str(e)
+                log.warning("cannot show %s: %s", path, e)
+                raise _said(e) from None
+            raise
+        if node.parsed is False:
+            _report(path, found)
+            node.parsed = True
         return self._make_loaded(path, found.meta, dict(found.documents))
 
     def loaded_node(self, node: DirNode) -> Loaded:
@@ -223,11 +265,28 @@ class Tree:
         with self._lock:
             loaded = node.loaded
             if loaded is None:
-                loaded = self._recent.held(node)
+                # (a state is held only of a node parsed before)
+                loaded = self._recent.held(node) if node.parsed is True else None
                 if loaded is None:
+                    first = node.parsed is False
                     loaded = self._reload(node)
+                    if first:
+                        self._parse_ahead(node)
                 self._recent.remember(node, loaded)
             return loaded
+
+    def _parse_ahead(self, node: DirNode) -> None:
+        """Parse the siblings after ``node`` that were never parsed, up to
+        ``PARSE_AHEAD``: a group's children are mostly used in order (ls -R, find, a
+        program walking the group), and parsed together they cost less each than
+        one at a time; a use out of order pays for a few hundred at most."""
+        parent = node.parent
+        loaded = parent.loaded if parent is not None else None
+        order = loaded.order if loaded is not None else ()
+        for sibling in order[node.index + 1 : node.index + 1 + PARSE_AHEAD]:
+            if type(sibling) is DirNode and sibling.loaded is None and sibling.parsed is False:
+                with contextlib.suppress(MetadataError, StoreError):  # (said once)
+                    self._recent.remember(sibling, self._reload(sibling))
 
     def pin(self, node: DirNode) -> None:
         """Keep what ``node`` is for good: an array about to be written (a resize
@@ -324,7 +383,8 @@ class Tree:
             docs = self._read_docs(path, hierarchy.NODE_KEYS)
             found = hierarchy.node_in(self.consolidated, path, docs)
         except (MetadataError, StoreError) as e:
-            log.warning("cannot check %s: %s; showing it as it was", path or "/", e)
+            if not isinstance(node.parsed, str):  # (one that fails said why already)
+                log.warning("cannot check %s: %s; showing it as it was", path or "/", e)
             node.checked = now
             return
         node.checked = now
@@ -332,6 +392,12 @@ class Tree:
             if node.parent is not None:
                 node.parent.checked = float("-inf")  # its listing drops the node
             return
+        if isinstance(node.parsed, str):
+            node.parsed = False  # parsed again at its next use, from the new entry
+            return
+        if node.parsed is False:
+            _report(path, found)
+            node.parsed = True
         documents = dict(found.documents)
         if isinstance(found.meta, GroupMeta) and not path:
             documents.update(self._root_extra)

@@ -144,3 +144,50 @@ def test_replace_consolidated_entry_keeps_the_rest() -> None:
     assert new.startswith(b'{\n  "zarr_format"')
     assert replace_consolidated_entry(root, "z", b"{}") is None
     assert replace_consolidated_entry(b'{"zarr_format": 3}', "x", b"{}") is None
+
+
+def _sharded(**extra: Any) -> dict[str, Any]:
+    inner = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    sharding = {"chunk_shape": [2, 2], "codecs": inner, "index_codecs": inner}
+    codecs = [{"name": "sharding_indexed", "configuration": sharding}]
+    return array_doc(shape=[8, 8], chunk_grid=regular([4, 4]), codecs=codecs, **extra)
+
+
+def regular(chunks: list[int]) -> dict[str, Any]:
+    return {"name": "regular", "configuration": {"chunk_shape": chunks}}
+
+
+def test_arrays_of_like_metadata_share_what_it_says_but_keep_their_own() -> None:
+    """Parsed once per text but for the attributes, path and dimension names: two
+    arrays of like metadata share their codec chain, and keep their own keys."""
+    for doc in (array_doc, _sharded):
+        a = parse_node("g/a", json.dumps(doc(attributes={"i": 1}, dimension_names=None)).encode())
+        b = parse_node("g/b", json.dumps(doc(attributes={}, dimension_names=["y", "x"])).encode())
+        assert isinstance(a, ArrayMeta) and isinstance(b, ArrayMeta)
+        assert a.codecs is b.codecs
+        assert (a.attrs, b.attrs, a.dimension_names) == ({"i": 1}, {}, None)
+        assert b.dimension_names == ("y", "x")
+        if a.shards is None:
+            assert a.chunk_keys((0, 1)) == ["g/a/c/0/1"] and b.chunk_keys((0, 1)) == ["g/b/c/0/1"]
+        else:
+            assert b.shards is not None
+            assert a.shards.shard_keys((0, 1)) == ["g/a/c/0/1"]
+            assert b.shards.shard_keys((0, 1)) == ["g/b/c/0/1"]
+            assert a.shards.shard_index("g/a/c/1/0") == (1, 0)
+
+
+@pytest.mark.parametrize("fill", [1, 1.0, True])
+def test_like_texts_that_json_tells_apart_are_parsed_apart(fill: object) -> None:
+    """1, 1.0 and true are different fill values (true is no int16): one text's
+    result is never taken for another's."""
+    doc = array_doc(fill_value=fill)
+    if fill is True:
+        with pytest.raises(MetadataError):
+            parse_node("a", json.dumps(doc).encode())
+        with pytest.raises(MetadataError):  # a failure is not kept
+            parse_node("a", json.dumps(doc).encode())
+        return
+    meta = parse_node("a", json.dumps(doc).encode())
+    assert isinstance(meta, ArrayMeta) and meta.fill_value == np.int16(1).tobytes()
+    floats = parse_node("b", json.dumps(array_doc(data_type="float32", fill_value=fill)).encode())
+    assert isinstance(floats, ArrayMeta) and floats.fill_value == np.float32(1).tobytes()

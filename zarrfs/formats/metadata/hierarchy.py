@@ -14,7 +14,8 @@ namespace/tree.py knows no format. What it asks, it asks here:
   the group's own documents (``.zmetadata``), or is one of them (``zarr.json``).
 * ``NODE_KEYS`` and ``node_at(path, documents)``: which keys of a store directory
   may make it a node (each up to ``NODE_LIMIT``), and the node they make
-  (``node_in`` for the documents of a consolidated listing).
+  (``node_in`` for the documents of a consolidated listing; ``listed_documents``
+  for which of them it holds, read from its index alone).
 * ``read_root_keys`` and ``node_documents``: those reads, from a store (the tree's,
   and the walk of ``zarrfs check``/``tree``).
 
@@ -127,6 +128,17 @@ def node_documents(
         if data is not None:
             docs[name] = data
     return docs
+
+
+# The documents that make a node (attributes alone make none).
+_NODE_MAKERS = frozenset(layout[0] for layout in detect.LAYOUTS)
+
+
+def listed_documents(listing: Consolidated, path: str) -> tuple[str, ...]:
+    """The documents of node ``path`` the consolidated ``listing`` holds, none of
+    them made or parsed; none at all where none of them makes a node."""
+    names = listing.names_of(path)
+    return names if not _NODE_MAKERS.isdisjoint(names) else ()
 
 
 def shown_at_root(key: str) -> bool:

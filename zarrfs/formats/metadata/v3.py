@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,7 +81,52 @@ def parse_node(
         raise MetadataError(f"{where}: {e}") from None
 
 
-def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> ArrayMeta:
+@dataclass(frozen=True)
+class _Structure:
+    """What an array's ``zarr.json`` says but for its path, attributes and dimension
+    names: the same for every array of like metadata."""
+
+    shape: Index
+    chunks: Index
+    dtype: np.dtype
+    fill: bytes | None
+    codecs: CodecChain
+    unsupported: str | None
+    # Sharded arrays whose inner chunks are read by ranges: the shards' geometry and
+    # how their index is stored (checksum, location, endian).
+    shard_geometry: ShardGeometry | None = None
+    shard_index: tuple[bool, str, str] | None = None
+
+
+# Hierarchies repeat one array's metadata over thousands of arrays, their attributes
+# aside: what it says is worked out once per text (parsing the codecs is most of a
+# zarr.json). Failures are not kept; bounded in count and in the text of a key.
+_STRUCTURES_SIZE = 256
+_STRUCTURE_KEY_LIMIT = 4096
+_STRUCTURES: dict[str, _Structure] = {}
+_OWN_MEMBERS = frozenset({"attributes", "dimension_names"})  # the array's own
+
+
+def _structure_key(doc: dict[str, Any]) -> str | None:
+    # repr tells JSON values apart as equality does (1, 1.0 and True differ), and
+    # keeps member order, which only documents of one writer share.
+    key = repr([item for item in doc.items() if item[0] not in _OWN_MEMBERS])
+    return key if len(key) <= _STRUCTURE_KEY_LIMIT else None
+
+
+def _structure(doc: dict[str, Any]) -> _Structure:
+    key = _structure_key(doc)
+    found = _STRUCTURES.get(key) if key is not None else None
+    if found is None:
+        found = _parse_structure(doc)
+        if key is not None:
+            if len(_STRUCTURES) >= _STRUCTURES_SIZE:
+                _STRUCTURES.pop(next(iter(_STRUCTURES)))
+            _STRUCTURES[key] = found
+    return found
+
+
+def _parse_structure(doc: dict[str, Any]) -> _Structure:
     for key, value in doc.items():
         # Extension members must be understood unless they say otherwise.
         if key not in _KNOWN_ARRAY_KEYS and not (
@@ -97,59 +143,73 @@ def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Array
     v3type = parse_data_type(doc["data_type"])
     dtype = v3type.dtype if v3type.dtype is not None else np.dtype("|V1")
     check_geometry(shape, chunks, dtype)
-    keys, index_of = _chunk_key_encoding(path, doc.get("chunk_key_encoding"), len(shape))
-    codecs = doc["codecs"]
+    _chunk_key_encoding("", doc.get("chunk_key_encoding"), len(shape))  # valid
     unsupported = v3type.unsupported or flat_file_problem(chunks, dtype)
     if doc.get("storage_transformers"):
         unsupported = unsupported or "storage transformers are not supported"
-    chain = None
     fill = None
-    shards = None
     coded = undecodable(dtype, chunks, unsupported or "")
-    if unsupported is None:
-        chain = parse_codecs(codecs, dtype, chunks)
-        fill = decode_fill_value(doc["fill_value"], v3type, endian=_stored_endian(chain, doc))
-        chain = coded = with_sharding(chain, fill)
-        shard_codec = ranged(chain)
-        if shard_codec is not None:
-            # Inner chunks are the unit of reads and writes; shards are what is stored.
-            inner = shard_codec.config.chunk_shape
-            config = shard_codec.config
-            shards = ShardLayout(
-                ShardGeometry(shape, chunks, inner),
-                shard_keys=keys,
-                shard_index=index_of,
-                checksum=config.index_checksum,
-                location=config.index_location,
-                endian=config.index_endian,
-            )
-            unsupported = flat_file_problem(inner, dtype)
-            chunks = inner
-            coded = shard_codec.inner
-            keys, index_of = _no_chunk_keys, _no_chunk_index
+    if unsupported is not None:
+        return _Structure(shape, chunks, dtype, fill, coded, unsupported)
+    chain = parse_codecs(doc["codecs"], dtype, chunks)
+    fill = decode_fill_value(doc["fill_value"], v3type, endian=_stored_endian(chain, doc))
+    chain = coded = with_sharding(chain, fill)
+    shard_codec = ranged(chain)
+    if shard_codec is None:
+        return _Structure(shape, chunks, dtype, fill, coded, unsupported)
+    # Inner chunks are the unit of reads and writes; shards are what is stored.
+    config = shard_codec.config
+    inner = config.chunk_shape
+    return _Structure(
+        shape,
+        inner,
+        dtype,
+        fill,
+        shard_codec.inner,
+        flat_file_problem(inner, dtype),
+        ShardGeometry(shape, chunks, inner),
+        (config.index_checksum, config.index_location, config.index_endian),
+    )
+
+
+def _parse_array(path: str, doc: dict[str, Any], attrs: dict[str, Any]) -> ArrayMeta:
+    found = _structure(doc)
+    keys, index_of = _chunk_key_encoding(path, doc.get("chunk_key_encoding"), len(found.shape))
+    shards = None
+    if found.shard_geometry is not None and found.shard_index is not None:
+        checksum, location, endian = found.shard_index
+        shards = ShardLayout(
+            found.shard_geometry,
+            shard_keys=keys,
+            shard_index=index_of,
+            checksum=checksum,
+            location=location,
+            endian=endian,
+        )
+        keys, index_of = _no_chunk_keys, _no_chunk_index
     names = doc.get("dimension_names")
     dimension_names = None
-    valid = isinstance(names, list) and len(names) == len(shape)
+    valid = isinstance(names, list) and len(names) == len(found.shape)
     if valid and all(n is None or isinstance(n, str) for n in names):
         dimension_names = tuple(names)
     return ArrayMeta(
         path=path,
         zarr_format=3,
-        shape=shape,
-        chunks=chunks,
-        dtype=dtype,
+        shape=found.shape,
+        chunks=found.chunks,
+        dtype=found.dtype,
         order="C",
-        fill_value=fill,
-        codecs=coded,
+        fill_value=found.fill,
+        codecs=found.codecs,
         chunk_keys=keys,
         chunk_index=index_of,
         documents=(ZARR_JSON,),
         attrs=attrs,
         dimension_names=dimension_names,
-        unsupported=unsupported,
+        unsupported=found.unsupported,
         shards=shards,
         data_type_json=doc["data_type"],
-        codec_json={"codecs": codecs},
+        codec_json={"codecs": doc["codecs"]},
     )
 
 
