@@ -2,7 +2,8 @@
 
 Directories are classified by the metadata key they hold and listed lazily, on
 first use, so ``ls`` of one group reads only its children's metadata and never a
-chunk; where the root holds consolidated metadata, it alone lists the hierarchy.
+chunk; where the root holds consolidated metadata, it alone lists the hierarchy, and
+a group's children are made from their names there, each parsed at its first use.
 Which keys to read and what they mean is formats/metadata/hierarchy.py's business: this
 module knows no format. Loading does store I/O and runs in worker threads; one lock
 serialises it.
