@@ -108,14 +108,25 @@ def test_readdir_sorted_and_resumable(ops: Operations, monkeypatch: pytest.Monke
     run(ops.releasedir, fh)
 
 
+def _fields(attr: pyfuse3.EntryAttributes) -> tuple[object, ...]:
+    names = ("st_ino", "generation", "entry_timeout", "attr_timeout", "st_mode", "st_nlink")
+    names += ("st_uid", "st_gid", "st_size", "st_blocks", "st_blksize")
+    names += ("st_atime_ns", "st_mtime_ns", "st_ctime_ns")
+    return tuple(getattr(attr, name) for name in names)
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["ro", "rw"])
 def test_readdir_gives_what_lookup_gives_and_keeps_no_attributes(
-    ops: Operations, monkeypatch: pytest.MonkeyPatch
+    example_store: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool
 ) -> None:
-    listed: dict[str, tuple[int, int, int, float]] = {}
+    """Every field, on a read-only mount and on a read-write one (writable files,
+    documents the kernel keeps no attributes of)."""
+    ops = build_operations(str(example_store), MountOptions(read_only=read_only))
+    listed: dict[str, tuple[object, ...]] = {}
 
     def reply(token: object, name: bytes, attr: pyfuse3.EntryAttributes, next_id: int) -> bool:
         # Copied now, as pyfuse3 copies them into the reply: the object may be reused.
-        listed[name.decode()] = (attr.st_ino, attr.st_size, attr.st_mode, attr.attr_timeout)
+        listed[name.decode()] = _fields(attr)
         return True
 
     monkeypatch.setattr(operations_module.pyfuse3, "readdir_reply", reply)
@@ -127,9 +138,11 @@ def test_readdir_gives_what_lookup_gives_and_keeps_no_attributes(
     directory = ops.tree.resolve("weather/temperature")
     files = [n for n in ops.tree.entries(directory).values() if isinstance(n, FileNode)]
     assert files and all(node.attributes is None for node in files)
+    modes = {given[4] for given in listed.values()}
+    assert len(modes) == (1 if read_only else 2), modes  # array files writable on rw
     for name, given in listed.items():
         attr = run(ops.lookup, temperature.st_ino, name.encode(), None)
-        assert given == (attr.st_ino, attr.st_size, attr.st_mode, attr.attr_timeout), name
+        assert given == _fields(attr), name
     # Listed again once looked up: the same.
     again = dict(listed)
     fh = run(open_dir, ops, temperature.st_ino)

@@ -7,6 +7,7 @@ no stored element read as the fill value, one element's bytes repeated.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -17,12 +18,30 @@ from zarrfs.formats.model import ArrayMeta
 
 def void_dtype(meta: ArrayMeta) -> np.dtype:
     """The dtype copies use: one opaque element of ``meta``'s size."""
-    return np.dtype((np.void, meta.itemsize))
+    return _void(meta.itemsize)
 
 
 def fill_element(meta: ArrayMeta) -> np.void:
     """One element of fill value, as ``void_dtype(meta)`` holds it."""
-    return np.frombuffer(meta.fill_bytes, dtype=void_dtype(meta))[0]
+    element = meta.fill_bytes
+    if len(element) > _KEPT_FILL_BYTES:  # (elements may be as large as a chunk)
+        return np.frombuffer(element, dtype=void_dtype(meta))[0]
+    return _fill(element)
+
+
+# Listing an array makes its live metadata: the arrays of a hierarchy share a few
+# element sizes and fill values, made once each (numpy's are immutable).
+_KEPT_FILL_BYTES = 64
+
+
+@functools.lru_cache(maxsize=256)
+def _void(itemsize: int) -> np.dtype:
+    return np.dtype((np.void, itemsize))
+
+
+@functools.lru_cache(maxsize=256)
+def _fill(element: bytes) -> np.void:
+    return np.frombuffer(element, dtype=_void(len(element)))[0]
 
 
 def fill_run(fill: bytes, start: int, stop: int) -> bytes:

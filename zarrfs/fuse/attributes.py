@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 
 import pyfuse3
 
@@ -23,6 +24,8 @@ from zarrfs.namespace.nodes import DirNode, FileNode, Node, unlisted
 # a file's are kept with it, as long as the tree keeps the file.
 MAX_DIRECTORY_ATTRIBUTES = 16_384
 BLOCK_SIZE = 128 * 1024  # st_blksize: what `cp` and `dd` read at a time
+_FILE_MODE = stat.S_IFREG | 0o444
+_WRITABLE_FILE_MODE = _FILE_MODE | 0o200
 
 
 class Attributes:
@@ -55,6 +58,56 @@ class Attributes:
             if len(directories) > MAX_DIRECTORY_ATTRIBUTES:
                 directories.popitem(last=False)
         return attr
+
+    def lister(self) -> Callable[[Node], pyfuse3.EntryAttributes]:
+        """``listed`` for the entries of one listing (READDIRPLUS), into one scratch
+        object: the fields every file shares are written once, and a file's mode,
+        cache times and mtime only where they differ from the file before it (a
+        listing's files mostly share them). Gives what ``listed`` gives."""
+        scratch = pyfuse3.EntryAttributes()
+        scratch.generation = 0
+        scratch.st_nlink = 1
+        scratch.st_uid = self._uid
+        scratch.st_gid = self._gid
+        scratch.st_blksize = BLOCK_SIZE
+        ttl, read_only = self.ttl, self.read_only
+        inodes, of = self._inodes, self.of
+        other = pyfuse3.EntryAttributes()  # for any other kind of file
+        written: list[object] = [None, None, None]  # mode, (entry, attr) timeouts, mtime
+
+        def listed(node: Node) -> pyfuse3.EntryAttributes:
+            if type(node) is not FileNode:
+                return self.listed(node, other) if isinstance(node, FileNode) else of(node)
+            view = node.view
+            size = view.size_at_hand()
+            attr = node.attributes
+            if attr is None or size is None:
+                attr = scratch
+                parent = node.parent
+                assert parent is not None
+                attr.st_ino = (parent.first_inode or inodes.first_of(parent)) + node.index
+                mode = _FILE_MODE if read_only or not view.writable else _WRITABLE_FILE_MODE
+                if mode != written[0]:
+                    attr.st_mode = written[0] = mode
+                if size is None:
+                    timeouts = (0.0, 0.0)
+                elif not read_only and view.document:
+                    timeouts = (ttl, 0.0)  # (fresh_document)
+                else:
+                    timeouts = (ttl, ttl)
+                if timeouts != written[1]:
+                    attr.entry_timeout, attr.attr_timeout = written[1] = timeouts
+                mtime = node.mtime
+                if mtime != written[2]:
+                    written[2] = mtime
+                    attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = int(mtime * 1e9)
+                if size is None:
+                    size = 0
+            attr.st_size = size
+            attr.st_blocks = -(-size // 512)
+            return attr
+
+        return listed
 
     def listed(self, node: Node, scratch: pyfuse3.EntryAttributes) -> pyfuse3.EntryAttributes:
         """What a listing (READDIRPLUS) gives of a node: its attributes. A file's are
@@ -99,8 +152,8 @@ class Attributes:
             attr.st_nlink = 2
             attr.st_size = 0
         else:
-            write_bits = 0 if self.read_only or not node.view.writable else 0o200
-            attr.st_mode = stat.S_IFREG | 0o444 | write_bits
+            writable = not self.read_only and node.view.writable
+            attr.st_mode = _WRITABLE_FILE_MODE if writable else _FILE_MODE
             attr.st_nlink = 1
             if unlisted(node):
                 # Looked up at each open: the lookup stores what the mount holds

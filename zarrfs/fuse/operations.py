@@ -273,11 +273,10 @@ class Operations(pyfuse3.Operations):
         self.counters.directory_reads += 1
         listing = self.dirs.get(fh)
         names, nodes = listing.names, listing.nodes
-        attributes = self.attrs.listed
-        scratch = pyfuse3.EntryAttributes()
+        attributes = self.attrs.lister()
         for position in range(start_id, len(names)):
             if not pyfuse3.readdir_reply(
-                token, names[position], attributes(nodes[position], scratch), position + 1
+                token, names[position], attributes(nodes[position]), position + 1
             ):
                 break
 
