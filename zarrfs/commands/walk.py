@@ -77,7 +77,7 @@ class _Walker:
             self.problems += opened.warnings
 
     def _read_root(self) -> hierarchy.RootDocument | None:
-        """As Tree._read_root, the problems kept instead of logged."""
+        """As RootListing.read_root, the problems kept instead of logged."""
         try:
             return read_root_keys(
                 self.store,

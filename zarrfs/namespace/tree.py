@@ -41,7 +41,6 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import MetadataError, NotFoundError, StoreError
 from zarrfs.formats.metadata import hierarchy
 from zarrfs.formats.metadata.consolidated import Consolidated
-from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
 from zarrfs.formats.model import ArrayMeta, GroupMeta, NodeMeta
 from zarrfs.namespace.freshness import Freshness
 from zarrfs.namespace.keys import ChunkKeys
@@ -56,7 +55,8 @@ from zarrfs.namespace.listing import (
 )
 from zarrfs.namespace.nodes import Changes, DirNode, KeyDirNode, Loaded, Node
 from zarrfs.namespace.recent import RecentNodes
-from zarrfs.stores.base import UNCHANGED, Store, join_key
+from zarrfs.namespace.rootlisting import RootListing
+from zarrfs.stores.base import Store, join_key
 from zarrfs.views.control import control_views
 
 log = logging.getLogger(__name__)
@@ -104,30 +104,14 @@ class Tree:
         self.cache = cache
         self.writeback = writeback
         self._lock = threading.RLock()  # loading an array may load its siblings
-        # Set when the hierarchy is listed from consolidated metadata alone.
-        self.consolidated: Consolidated | None = None
-        self._consolidated_mtime: float | None = None
-        # The root document that holds the listing, as last read (its bytes, version),
-        # when it was last checked, and when a check last found it changed: every node
-        # checked before then is checked again against the new listing.
-        self._root_document: hierarchy.RootDocument | None = None
-        self._root_checked = self.freshness.now()
-        self._listing_changed = float("-inf")
+        self.source = RootListing(store, self.freshness, consolidated)
         # Arrays written through a read-write mount: the mount is their writer, so
         # they are never checked against the store (their shape is the mount's).
         self._written: set[DirNode] = set()
         self._refresh_listeners: list[Callable[[], Awaitable[None]]] = []
-        # The root keys read once (None: absent), and the document among them shown
-        # beside a root group's own (.zmetadata).
-        self._root_reads: dict[str, bytes | None] = {}
-        self._root_extra: dict[str, bytes] = {}
         self._loaded_at = time.time()
         self._recent = RecentNodes(self._lock)
         self._keys = ChunkKeys(self, store, writeback)
-        source = self._read_root()
-        self._root_document = source
-        if consolidated and source is not None:
-            self._open_consolidated(source)
         if self.consolidated is None and not store.listable:
             log.warning(
                 "%s cannot be listed and holds no consolidated metadata: only the node "
@@ -137,29 +121,12 @@ class Tree:
             )
         self.root = self._load_root()
 
+    @property
+    def consolidated(self) -> Consolidated | None:
+        """The consolidated metadata the hierarchy is listed from, if any."""
+        return self.source.consolidated
+
     # -- loading (blocking: worker threads) -------------------------------------------
-
-    def _read_root(self) -> hierarchy.RootDocument | None:
-        """Read the root keys up to the first present one, or None."""
-        source = read_root_keys(
-            self.store, self._root_reads, lambda key, e: log.warning("ignoring %s: %s", key, e)
-        )
-        if source is not None and hierarchy.shown_at_root(source.key):
-            self._root_extra[source.key] = source.data
-        return source
-
-    def _open_consolidated(self, source: hierarchy.RootDocument) -> None:
-        opened = hierarchy.open_listing(source.key, source.data)
-        for warning in opened.warnings:
-            log.warning("%s", warning)
-        self.consolidated = opened.listing
-        self._root_document = source
-        if self.consolidated is not None:
-            # The time came with the document (a GET's Last-Modified): no request more.
-            version = source.version
-            self._consolidated_mtime = version.mtime if version is not None else None
-            if self._consolidated_mtime is None:
-                self._consolidated_mtime = self.store.mtime(self.consolidated.key)
 
     def _load_root(self) -> DirNode:
         node = self._new_node(None, "", "")
@@ -168,7 +135,7 @@ class Tree:
         return node
 
     def _read_docs(self, path: str, names: tuple[str, ...]) -> dict[str, bytes]:
-        return node_documents(self.store, self.consolidated, self._root_reads, path, names)
+        return self.source.read_docs(path, names)
 
     def _new_node(self, parent: DirNode | None, name: str, path: str) -> DirNode | None:
         """Classify the store directory ``path``, ``name`` in ``parent`` (None: the
@@ -195,7 +162,7 @@ class Tree:
         meta, docs = found.meta, dict(found.documents)
         _report(path, found)
         if isinstance(meta, GroupMeta) and not path:
-            docs.update(self._root_extra)
+            docs.update(self.source.extra)
         node = DirNode(self, parent, name, self._mtime(path, docs))
         node.checked = self.freshness.now()
         node.parsed = True
@@ -297,8 +264,9 @@ class Tree:
             self._written.add(node)
 
     def _mtime(self, path: str, docs: dict[str, bytes]) -> float:
-        if self.consolidated is not None and self._consolidated_mtime is not None:
-            return self._consolidated_mtime
+        mtime = self.source.mtime
+        if self.consolidated is not None and mtime is not None:
+            return mtime
         if self.store.remote:
             return self._loaded_at  # a request per document would cost more than it tells
         mtimes = [self.store.mtime(join_key(path, d)) for d in docs]
@@ -310,7 +278,7 @@ class Tree:
         """Whether what the mount knows of ``node`` may be served without a check
         (cheap: the FUSE thread asks it at every lookup, stat and open)."""
         checked = node.checked
-        return checked >= self._listing_changed and not self.freshness.stale(checked)
+        return checked >= self.source.changed and not self.freshness.stale(checked)
 
     def revalidate(self, node: DirNode) -> Changes:
         """Check ``node`` against the store if it is not fresh (blocking: a worker
@@ -326,8 +294,8 @@ class Tree:
             if node is self.control or isinstance(node, KeyDirNode) or node in self._written:
                 node.checked = now
                 return changes
-            if self._root_document is not None and self._root_checkable():
-                self._revalidate_root(now)
+            if self._root_checkable():
+                self.source.check(now)
             self._revalidate_node(node, now, changes)
         return changes
 
@@ -337,50 +305,12 @@ class Tree:
         # hierarchy as it found it, with its own changes.
         return self.consolidated is not None and self.writeback is None
 
-    def _revalidate_root(self, now: float) -> None:
-        """Read the document that lists the hierarchy again, if not checked within the
-        TTL; a new one is the listing from now on, and every node is checked again."""
-        current = self._root_document
-        if current is None or not self.freshness.stale(self._root_checked):
-            return
-        self._root_checked = now
-        try:
-            fetched = self.store.fetch(
-                current.key, limit=hierarchy.ROOT_LIMIT, unless=current.version
-            )
-        except (StoreError, MetadataError) as e:
-            log.warning("cannot check %s: %s; showing it as it was", current.key, e)
-            return
-        if fetched is UNCHANGED:
-            return
-        if fetched is None:
-            log.warning("%s is gone from the store; showing it as it was", current.key)
-            return
-        data = bytes(fetched.value)
-        if data == current.data:
-            return
-        source = hierarchy.RootDocument(current.key, data, fetched.version)
-        opened = hierarchy.open_listing(source.key, source.data)
-        if opened.listing is None:
-            log.warning("%s no longer lists the hierarchy; showing it as it was", source.key)
-            return
-        log.info("%s changed in the store: listing the hierarchy from its new version", source.key)
-        self.consolidated = opened.listing
-        self._root_document = source
-        self._root_reads[source.key] = data
-        if hierarchy.shown_at_root(source.key):
-            self._root_extra[source.key] = data
-        version = source.version
-        self._consolidated_mtime = version.mtime if version and version.mtime else time.time()
-        self._listing_changed = now
-
     def _revalidate_node(self, node: DirNode, now: float, changes: Changes) -> None:
         path = node.path
         loaded = node.loaded
         try:
             if not path and self.consolidated is None:
-                self._root_reads.clear()  # the root's own documents are read again
-                self._root_document = self._read_root()
+                self.source.read_root_again()
             docs = self._read_docs(path, hierarchy.NODE_KEYS)
             found = hierarchy.node_in(self.consolidated, path, docs)
         except (MetadataError, StoreError) as e:
@@ -401,7 +331,7 @@ class Tree:
             node.parsed = True
         documents = dict(found.documents)
         if isinstance(found.meta, GroupMeta) and not path:
-            documents.update(self._root_extra)
+            documents.update(self.source.extra)
         is_array = isinstance(found.meta, ArrayMeta) or (loaded is not None and loaded.has_state)
         if loaded is None or dict(loaded.documents.items()) != documents:
             self._replace(node, loaded, found.meta, documents, changes)
