@@ -60,24 +60,29 @@ class Attributes:
         return attr
 
     def lister(self) -> Callable[[Node], pyfuse3.EntryAttributes]:
-        """``listed`` for the entries of one listing (READDIRPLUS), into one scratch
-        object: the fields every file shares are written once, and a file's mode,
-        cache times and mtime only where they differ from the file before it (a
-        listing's files mostly share them). Gives what ``listed`` gives."""
+        """What one listing (READDIRPLUS) gives of each of its nodes: their
+        attributes. A file's are written into one scratch object unless a lookup made
+        them already (pyfuse3 copies them into the reply): a walk of 10 000 arrays
+        keeps no attributes object per file. The fields every file shares are written
+        once, and a file's mode, cache times and mtime only where they differ from
+        the file's before it (a listing's files mostly share them).
+
+        A file whose size would cost more than a listing should (``group.nc``: every
+        array of its group parsed) is given as of size 0 and cached for no time, so
+        that the kernel asks its first lookup or stat, which works the size out."""
         scratch = pyfuse3.EntryAttributes()
         scratch.generation = 0
         scratch.st_nlink = 1
         scratch.st_uid = self._uid
         scratch.st_gid = self._gid
         scratch.st_blksize = BLOCK_SIZE
-        ttl, read_only = self.ttl, self.read_only
         inodes, of = self._inodes, self.of
-        other = pyfuse3.EntryAttributes()  # for any other kind of file
+        file_mode, file_timeouts = self._file_mode, self._file_timeouts
         written: list[object] = [None, None, None]  # mode, (entry, attr) timeouts, mtime
 
         def listed(node: Node) -> pyfuse3.EntryAttributes:
-            if type(node) is not FileNode:
-                return self.listed(node, other) if isinstance(node, FileNode) else of(node)
+            if type(node) is not FileNode:  # a directory (chunk keys are never listed)
+                return of(node)
             view = node.view
             size = view.size_at_hand()
             attr = node.attributes
@@ -86,15 +91,10 @@ class Attributes:
                 parent = node.parent
                 assert parent is not None
                 attr.st_ino = (parent.first_inode or inodes.first_of(parent)) + node.index
-                mode = _FILE_MODE if read_only or not view.writable else _WRITABLE_FILE_MODE
+                mode = file_mode(node)
                 if mode != written[0]:
                     attr.st_mode = written[0] = mode
-                if size is None:
-                    timeouts = (0.0, 0.0)
-                elif not read_only and view.document:
-                    timeouts = (ttl, 0.0)  # (fresh_document)
-                else:
-                    timeouts = (ttl, ttl)
+                timeouts = (0.0, 0.0) if size is None else file_timeouts(node)
                 if timeouts != written[1]:
                     attr.entry_timeout, attr.attr_timeout = written[1] = timeouts
                 mtime = node.mtime
@@ -108,27 +108,6 @@ class Attributes:
             return attr
 
         return listed
-
-    def listed(self, node: Node, scratch: pyfuse3.EntryAttributes) -> pyfuse3.EntryAttributes:
-        """What a listing (READDIRPLUS) gives of a node: its attributes. A file's are
-        written into ``scratch`` unless a lookup made them already (pyfuse3 copies
-        them into the reply): a walk of 10 000 arrays keeps no attributes object per
-        file. A file whose size would cost more than a listing should
-        (``group.nc``: every array of its group parsed) is given as of size 0 and
-        cached for no time, so that the kernel asks its first lookup or stat, which
-        works the size out."""
-        if not isinstance(node, FileNode):
-            return self.of(node)
-        size = node.view.size_at_hand()
-        attr = node.attributes
-        if attr is None or size is None:
-            attr = self.fill(scratch, node, self._inodes.inode_of(node))
-            if size is None:
-                attr.entry_timeout = attr.attr_timeout = 0
-                size = 0
-        attr.st_size = size
-        attr.st_blocks = -(-size // 512)
-        return attr
 
     def fresh_document(self, node: Node) -> bool:
         """A metadata document of a write mount: a flush may rewrite it at any time,
@@ -152,21 +131,29 @@ class Attributes:
             attr.st_nlink = 2
             attr.st_size = 0
         else:
-            writable = not self.read_only and node.view.writable
-            attr.st_mode = _WRITABLE_FILE_MODE if writable else _FILE_MODE
+            attr.st_mode = self._file_mode(node)
             attr.st_nlink = 1
-            if unlisted(node):
-                # Looked up at each open: the lookup stores what the mount holds
-                # unstored and finds the value's current size.
-                attr.entry_timeout = attr.attr_timeout = 0
-            elif self.fresh_document(node):
-                attr.attr_timeout = 0
+            attr.entry_timeout, attr.attr_timeout = self._file_timeouts(node)
         attr.st_uid = self._uid
         attr.st_gid = self._gid
         attr.st_blksize = BLOCK_SIZE
         mtime_ns = int(node.mtime * 1e9)
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime_ns
         return attr
+
+    def _file_mode(self, node: FileNode) -> int:
+        writable = not self.read_only and node.view.writable
+        return _WRITABLE_FILE_MODE if writable else _FILE_MODE
+
+    def _file_timeouts(self, node: FileNode) -> tuple[float, float]:
+        """How long the kernel keeps a file's (entry, attributes)."""
+        if unlisted(node):
+            # Looked up at each open: the lookup stores what the mount holds
+            # unstored and finds the value's current size.
+            return 0.0, 0.0
+        if self.fresh_document(node):
+            return self.ttl, 0.0
+        return self.ttl, self.ttl
 
     def drop(self, inode: int) -> None:
         """Forget the attributes kept for ``inode`` (they changed, or the kernel forgot it)."""

@@ -20,7 +20,7 @@ from zarrfs.formats.metadata.hierarchy import node_documents, read_root_keys
 from zarrfs.namespace.freshness import Freshness
 from zarrfs.stores.base import UNCHANGED, Store
 
-log = logging.getLogger("zarrfs.namespace.tree")  # the tree's lines, as they were
+log = logging.getLogger("zarrfs.namespace.tree")  # its lines are the tree's
 
 
 class RootListing:

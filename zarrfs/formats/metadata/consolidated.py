@@ -124,8 +124,7 @@ class Consolidated:
         self._source = source  # the document's UTF-8 text, which spans index
         self._spans = spans  # store key of a node document → its entry (jsontext.span)
         self._stored = stored or {}  # store key → a document shown as stored
-        self._names = frozenset(names)  # of the documents a node's entries may be
-        self._order = tuple(names)
+        self._names = tuple(names)  # of the documents a node's entries may be (a few)
         # store key → what to parse in place of a stored document: the root zarr.json
         # without the listing it holds (parsed whole, it would be parsed twice over).
         self._parsed_as = parsed_as or {}
@@ -178,7 +177,7 @@ class Consolidated:
         """The names of the documents of node ``path`` the file holds (none is made)."""
         prefix = f"{path}/" if path else ""
         spans, stored = self._spans, self._stored
-        return tuple(n for n in self._order if prefix + n in spans or prefix + n in stored)
+        return tuple(n for n in self._names if prefix + n in spans or prefix + n in stored)
 
     def key_count(self) -> int:
         return len(self._stored) + len(self._spans)
