@@ -53,7 +53,7 @@ def array(
     return meta_of("g/a", v2_zarray(list(shape), list(shape) or [], dtype), attrs)
 
 
-def coordinate(name: str, length: int, **attrs: Any) -> ArrayMeta:
+def coordinate(name: str, length: int, /, **attrs: Any) -> ArrayMeta:
     return meta_of(f"g/{name}", v2_zarray([length], [length], "<f8"), attrs)
 
 
