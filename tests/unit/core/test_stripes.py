@@ -225,6 +225,29 @@ def test_a_stream_reads_tiles_through_stripes_loading_each_chunk_once(tmp_path: 
     assert cache.nbytes <= cache.max_bytes
 
 
+def test_a_stream_plans_its_read_ahead_once_per_stripe(tmp_path: Path) -> None:
+    """Once every stripe ahead of a stream is cached or under way, its next reads in
+    the same stripe ask the cache nothing more for read-ahead (only where each read
+    itself lies): the work per request of a stream stays small."""
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    asked = []
+    pending = cache.stripes.pending
+
+    def counted(path: str, stripe) -> bool:
+        asked.append(stripe.start)
+        return pending(path, stripe)
+
+    cache.stripes.pending = counted  # type: ignore[method-assign]
+    request = 1024
+    assert read_through(ops, cache, data.nbytes, request) == data.tobytes()
+    reads = data.nbytes // request
+    stripes = ROWS // TILE_ROWS
+    assert cache.counters.stripes_assembled >= stripes - 1, "the stream did not use stripes"
+    # One question per read for the read itself; read-ahead's few per stripe on top.
+    assert len(asked) <= reads + 4 * stripes, f"{len(asked)} questions for {reads} reads"
+
+
 def test_a_long_stream_recycles_stripe_buffers(tmp_path: Path) -> None:
     data = tiled_store(tmp_path)
     ops, cache = make_ops(tmp_path)

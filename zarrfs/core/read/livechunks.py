@@ -86,10 +86,13 @@ class LiveChunks:
         chunks = self._chunks
         return not (index in chunks.dirty or index in chunks.frozen or self._stale.is_stale(index))
 
+    def untouched_before(self, end_row: int) -> bool:
+        """Reads see the stored version of every chunk before row ``end_row``: no
+        chunk is dirty or held by a flush, and no shrink reached that far."""
+        chunks = self._chunks
+        return not chunks.dirty and not chunks.frozen and end_row <= self._stale.low_rows
+
     def all_stored(self, indices: Iterable[Index], end_row: int) -> bool:
         """Reads see the stored version of every chunk in ``indices``, which lie
         before row ``end_row`` (then nothing written or shrunk may be among them)."""
-        chunks = self._chunks
-        if not chunks.dirty and not chunks.frozen and end_row <= self._stale.low_rows:
-            return True
-        return all(self.stored(index) for index in indices)
+        return self.untouched_before(end_row) or all(self.stored(index) for index in indices)

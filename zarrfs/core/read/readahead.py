@@ -43,6 +43,10 @@ class ReadAhead:
         self._prefetched_to = 0  # every chunk up to this byte has been asked for
         self._released_to = 0  # chunks before this one were offered back (use-once)
         self._indexed_to = 0  # stripes' shard indexes asked for up to this byte
+        # The stripe a stream was in when everything ahead of it had been started:
+        # its next reads there have nothing to add (a read's own cost, paid by
+        # every request of a stream, so kept to a comparison).
+        self._settled: tuple[StripeLayout, int, int] | None = None
 
     def prefetch(self, offset: int) -> None:
         """A reader is streaming from ``offset``: load the chunks ahead of it.
@@ -86,6 +90,9 @@ class ReadAhead:
     def _prefetch_stripes(self, layout: StripeLayout, offset: int) -> None:
         """A stream at ``offset``: the stripes from there on are assembled ahead of
         it, and those it has passed make room (the page cache holds their bytes)."""
+        settled = self._settled
+        if settled is not None and settled[0] is layout and settled[1] <= offset < settled[2]:
+            return
         meta, cache = self._live.meta, self._cache
         stripes = cache.stripes
         behind = offset - layout.max_stripe_nbytes
@@ -98,13 +105,22 @@ class ReadAhead:
         wanted, share = (REMOTE_STRIPES_AHEAD, 2) if remote else (STRIPES_AHEAD, 4)
         ahead = max(1, min(wanted, cache.max_bytes // share // per_stripe))
         position = offset
+        current = layout.stripe_at(offset)
+        complete = True  # every stripe wanted is cached or under way
         for _ in range(ahead + 1):
-            if position >= meta.nbytes or stripes.under_way(meta.path) > ahead:
+            if position >= meta.nbytes:
+                break
+            if stripes.under_way(meta.path) > ahead:
+                complete = False
                 break
             stripe = layout.stripe_at(position)
-            if not stripes.pending(meta.path, stripe) and self._reader.clean(layout, stripe):
-                stripes.start(meta, layout, stripe, BACKGROUND)
+            if not stripes.pending(meta.path, stripe):
+                if self._reader.clean(layout, stripe):
+                    stripes.start(meta, layout, stripe, BACKGROUND)
+                else:
+                    complete = False  # written to: asked again at the next read
             position = stripe.stop
+        self._settled = (layout, current.start, current.stop) if complete else None
         if remote and meta.shards is not None:
             if not offset <= self._indexed_to:
                 self._indexed_to = position  # a new stream (or one that jumped back)

@@ -101,6 +101,7 @@ class ArrayReader:
         self._chunks = chunks
         self._cache = cache
         self._striping: tuple[ArrayMeta, int, StripeLayout | None] | None = None
+        self._last_stripe: tuple[StripeLayout, Stripe] | None = None
 
     async def read(self, offset: int, length: int) -> Buffer:
         """Bytes ``[offset, offset + length)``, inside the stored rows."""
@@ -143,11 +144,24 @@ class ArrayReader:
         self._striping = (meta, budget, layout)
         return layout
 
+    def _stripe_at(self, layout: StripeLayout, offset: int) -> Stripe:
+        """``layout.stripe_at``, remembered: a stream's reads fall in one stripe
+        after another."""
+        last = self._last_stripe
+        if last is not None and last[0] is layout and last[1].start <= offset < last[1].stop:
+            return last[1]
+        stripe = layout.stripe_at(offset)
+        self._last_stripe = (layout, stripe)
+        return stripe
+
     def clean(self, layout: StripeLayout, stripe: Stripe) -> bool:
         """No chunk of the stripe is dirty, held by a flush, or stale: the stored
         chunks are what reads see, and a stripe may be assembled from them."""
         end_row = (stripe.prefix[0] + 1) * self._live.meta.chunks[0]
-        return self._chunks.all_stored(layout.chunk_indices(stripe), end_row)
+        chunks = self._chunks
+        return chunks.untouched_before(end_row) or chunks.all_stored(
+            layout.chunk_indices(stripe), end_row
+        )
 
     async def _read_striped(self, offset: int, length: int) -> Buffer | None:
         """Slices of stripes, where every stripe the range needs is cached or being
@@ -160,7 +174,7 @@ class ArrayReader:
         needed = []
         position, end = offset, offset + length
         while position < end:
-            stripe = layout.stripe_at(position)
+            stripe = self._stripe_at(layout, position)
             if not stripes.pending(path, stripe) or not self.clean(layout, stripe):
                 return None
             needed.append(stripe)

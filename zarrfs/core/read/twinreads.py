@@ -79,6 +79,9 @@ class TwinChunks:
     def stored(self, index: Index) -> bool:
         return self._visible.stored(index)
 
+    def untouched_before(self, end_row: int) -> bool:
+        return self._visible.untouched_before(end_row)
+
     def all_stored(self, indices: Iterable[Index], end_row: int) -> bool:
         return self._visible.all_stored(indices, end_row)
 
