@@ -177,6 +177,43 @@ def test_spare_buffers_are_bounded_in_bytes() -> None:
     assert buffers.add(np.empty(8, np.uint8))
 
 
+def test_an_offered_chunk_is_reused_only_once_nothing_refers_to_its_memory() -> None:
+    counters = Counters()
+    buffers = SpareBuffers(counters)
+    chunk = np.empty(64, np.uint8).view("<f4").reshape(4, 4, order="F")
+    reading = memoryview(chunk.reshape(-1, order="A").view(np.uint8))[8:16]  # a read's slice
+    buffers.offer(chunk)
+    del chunk
+    assert buffers.take(64) is None, "memory a read still refers to was handed out"
+    del reading
+    taken = buffers.take(64)
+    assert taken is not None and taken.nbytes == 64 and counters.buffers_recycled == 1
+    assert buffers.take(64) is None
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        np.empty((4, 4), "<f4"),  # its own memory: no buffer of ours
+        np.empty(128, np.uint8)[:64].view("<f4"),  # part of a larger buffer
+        np.frombuffer(bytes(64), "<f4"),  # a request's bytes
+    ],
+)
+def test_only_whole_buffers_of_ours_are_taken_back(chunk: np.ndarray) -> None:
+    buffers = SpareBuffers(Counters())
+    buffers.offer(chunk)
+    del chunk
+    assert buffers.take(64) is None and buffers.offered_nbytes == 0
+
+
+def test_offered_buffers_are_bounded_in_bytes() -> None:
+    buffers = SpareBuffers(Counters(), most_bytes=64)
+    held = [np.empty(32, np.uint8).view("<f4") for _ in range(3)]
+    for chunk in held:
+        buffers.offer(chunk)
+    assert buffers.offered_nbytes == 64
+
+
 # -- loads in flight --------------------------------------------------------------------
 
 

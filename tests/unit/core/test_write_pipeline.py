@@ -150,6 +150,30 @@ def test_write_behind_chunks_are_not_kept_in_the_chunk_cache(tmp_path: Path) -> 
     trio.run(main)
 
 
+def test_chunks_stored_behind_a_stream_lend_their_memory_to_the_next(tmp_path: Path) -> None:
+    """A streaming writer's chunks are made in memory that stored chunks gave back
+    (not fresh pages, which fault on the thread answering requests), and what is
+    stored and read back is what was written."""
+    state, writeback, store, data = make(tmp_path)
+    new = data * 5
+    raw = new.tobytes()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writeback.run_write_behind)
+            for offset in range(0, len(raw), 512):
+                await state.write(offset, raw[offset : offset + 512])
+                await trio.sleep(0)  # let write-behind store what is finished
+            await wait_for(lambda: sum(store.commits) >= 7, "write-behind stored too little")
+            await writeback.flush_all()
+            nursery.cancel_scope.cancel()
+        assert bytes(await state.read(0, len(raw))) == raw
+
+    trio.run(main)
+    assert state.cache.counters.buffers_recycled > 0, "every chunk was made in fresh memory"
+    np.testing.assert_array_equal(stored(tmp_path), new)
+
+
 @pytest.mark.parametrize("bound", ["limit", "write-cache-size"])
 def test_a_streaming_writer_waits_when_too_far_ahead_of_the_encoders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str

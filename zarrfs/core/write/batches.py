@@ -249,6 +249,7 @@ class Batches:
                 self._cache.put(meta.path, index, None if missing else chunk)
             else:
                 self._cache.forget(meta.path, index)
+                self._cache.buffers.offer(chunk)
 
 
 async def _collect(errors: list[ZarrfsError], flush: Any, *args: Any) -> None:

@@ -111,7 +111,7 @@ class ChunkWriter:
         a whole chunk the cache holds is copied from it at once."""
         live = self._live
         meta = live.meta
-        data = np.empty(meta.chunks, dtype=meta.dtype, order=meta.order)
+        data = self._new_chunk(meta)
         frozen = self._chunks.frozen.get(index)
         if self._stale.rewrite(index):
             data.view(live.void)[...] = live.fill
@@ -132,7 +132,7 @@ class ChunkWriter:
                     data[...] = stored
                 mask = None
             else:
-                mask = np.zeros(meta.chunks, dtype=bool, order=meta.order)
+                mask = self._new_mask(meta)
                 if not whole:
                     data.view(live.void)[...] = live.fill
                     mask[...] = True
@@ -141,6 +141,28 @@ class ChunkWriter:
         self._chunks.make_dirty(index, dirty)
         self._cache.forget(meta.path, index)
         return dirty
+
+    def _new_chunk(self, meta: ArrayMeta) -> np.ndarray:
+        """Memory for a chunk, its elements undefined: a spare buffer of the cache's
+        where one is free (fresh memory costs a page fault per 4 KiB, on the thread
+        that answers requests), given back once the chunk is stored."""
+        if meta.dtype.hasobject:
+            return np.empty(meta.chunks, dtype=meta.dtype, order=meta.order)
+        nbytes = meta.chunk_nbytes
+        buffer = self._cache.buffers.take(nbytes)
+        if buffer is None:
+            buffer = np.empty(nbytes, dtype=np.uint8)
+        return buffer.view(meta.dtype).reshape(meta.chunks, order=meta.order)
+
+    def _new_mask(self, meta: ArrayMeta) -> np.ndarray:
+        """A chunk's mask of elements written, all False (from a spare buffer, as
+        ``_new_chunk``; offered back once the chunk is complete)."""
+        n = math.prod(meta.chunks)
+        buffer = self._cache.buffers.take(n)
+        if buffer is None:
+            return np.zeros(meta.chunks, dtype=bool, order=meta.order)
+        buffer[...] = 0
+        return buffer.view(bool).reshape(meta.chunks, order=meta.order)
 
     def _dirty(self, index: Index) -> Dirty:
         """The chunk's dirty version, made if it has none."""
@@ -180,6 +202,7 @@ class ChunkWriter:
             mask = dirty.mask
             if mask is not None and mask.reshape(-1, order="A")[-1] and mask.all():
                 dirty.mask = None
+                self._cache.buffers.offer(mask)
             if streaming and dirty.mask is None and self._passed(index, plan.elem_stop):
                 finished.append(index)
         for index in finished:
