@@ -8,7 +8,6 @@ one through the decoded-chunk cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -91,8 +90,3 @@ class LiveChunks:
         chunk is dirty or held by a flush, and no shrink reached that far."""
         chunks = self._chunks
         return not chunks.dirty and not chunks.frozen and end_row <= self._stale.low_rows
-
-    def all_stored(self, indices: Iterable[Index], end_row: int) -> bool:
-        """Reads see the stored version of every chunk in ``indices``, which lie
-        before row ``end_row`` (then nothing written or shrunk may be among them)."""
-        return self.untouched_before(end_row) or all(self.stored(index) for index in indices)

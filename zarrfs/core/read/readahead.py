@@ -105,7 +105,7 @@ class ReadAhead:
         wanted, share = (REMOTE_STRIPES_AHEAD, 2) if remote else (STRIPES_AHEAD, 4)
         ahead = max(1, min(wanted, cache.max_bytes // share // per_stripe))
         position = offset
-        current = layout.stripe_at(offset)
+        current = self._reader.stripe_at(layout, offset)
         complete = True  # every stripe wanted is cached or under way
         for _ in range(ahead + 1):
             if position >= meta.nbytes:

@@ -144,7 +144,7 @@ class ArrayReader:
         self._striping = (meta, budget, layout)
         return layout
 
-    def _stripe_at(self, layout: StripeLayout, offset: int) -> Stripe:
+    def stripe_at(self, layout: StripeLayout, offset: int) -> Stripe:
         """``layout.stripe_at``, remembered: a stream's reads fall in one stripe
         after another."""
         last = self._last_stripe
@@ -159,8 +159,8 @@ class ArrayReader:
         chunks are what reads see, and a stripe may be assembled from them."""
         end_row = (stripe.prefix[0] + 1) * self._live.meta.chunks[0]
         chunks = self._chunks
-        return chunks.untouched_before(end_row) or chunks.all_stored(
-            layout.chunk_indices(stripe), end_row
+        return chunks.untouched_before(end_row) or all(
+            chunks.stored(index) for index in layout.chunk_indices(stripe)
         )
 
     async def _read_striped(self, offset: int, length: int) -> Buffer | None:
@@ -174,7 +174,7 @@ class ArrayReader:
         needed = []
         position, end = offset, offset + length
         while position < end:
-            stripe = self._stripe_at(layout, position)
+            stripe = self.stripe_at(layout, position)
             if not stripes.pending(path, stripe) or not self.clean(layout, stripe):
                 return None
             needed.append(stripe)

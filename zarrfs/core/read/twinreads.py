@@ -10,7 +10,7 @@ meanwhile. The twin follows the array's metadata at each read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -81,9 +81,6 @@ class TwinChunks:
 
     def untouched_before(self, end_row: int) -> bool:
         return self._visible.untouched_before(end_row)
-
-    def all_stored(self, indices: Iterable[Index], end_row: int) -> bool:
-        return self._visible.all_stored(indices, end_row)
 
 
 class BigEndianReads:

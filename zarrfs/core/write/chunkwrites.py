@@ -164,6 +164,12 @@ class ChunkWriter:
         buffer[...] = 0
         return buffer.view(bool).reshape(meta.chunks, order=meta.order)
 
+    def _completed(self, dirty: Dirty) -> None:
+        """Every element of the chunk is written: its mask goes (back to the spares)."""
+        mask, dirty.mask = dirty.mask, None
+        if mask is not None:
+            self._cache.buffers.offer(mask)
+
     def _dirty(self, index: Index) -> Dirty:
         """The chunk's dirty version, made if it has none."""
         dirty = self._chunks.dirty.get(index)
@@ -201,8 +207,7 @@ class ChunkWriter:
             # one is checked first, not the whole mask on every write.
             mask = dirty.mask
             if mask is not None and mask.reshape(-1, order="A")[-1] and mask.all():
-                dirty.mask = None
-                self._cache.buffers.offer(mask)
+                self._completed(dirty)
             if streaming and dirty.mask is None and self._passed(index, plan.elem_stop):
                 finished.append(index)
         for index in finished:
@@ -299,7 +304,7 @@ class ChunkWriter:
             # Rarely complete before both ends are written: they are checked first,
             # not the whole mask on every small write.
             if flat[0] and flat[-1] and flat.all():
-                dirty.mask = None
+                self._completed(dirty)
 
     def _adopt(self, index: Index, source: np.ndarray) -> None:
         """A whole chunk written at once: the (immutable) request bytes are the chunk."""
