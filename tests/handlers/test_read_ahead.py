@@ -22,7 +22,7 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.mountinfo import mount_device
 from zarrfs.formats.grid.layout import contiguous_chunk_nbytes, contiguous_runs
 from zarrfs.formats.metadata.v2 import parse_array
-from zarrfs.fuse.operations import Operations
+from zarrfs.fuse.operations import STREAM_START, Operations
 from zarrfs.namespace.tree import Tree
 
 # -- pure layout ------------------------------------------------------------------------
@@ -166,6 +166,25 @@ def test_random_reads_do_not_load_ahead(tmp_path: Path) -> None:
     trio.run(main)
     assert cache.counters.read_ahead_loads == 0
     assert cache.counters.chunks_loaded == 5
+
+
+@pytest.mark.parametrize(("first", "ahead"), [(STREAM_START, True), (STREAM_START // 2, False)])
+def test_a_large_first_read_from_the_start_begins_a_stream(
+    tmp_path: Path, first: int, ahead: bool
+) -> None:
+    """dd's first 1 MiB overlaps the load of what follows it; a header probe (file(1),
+    np.load reading its first bytes) loads nothing more until a read continues it."""
+    data = zlib_array(tmp_path, 1024, COLUMNS, CHUNK_ROWS)  # 1 MiB, chunks of 4 KiB
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+
+    async def main() -> int:
+        assert bytes(await ops.read(fh, 0, first)) == data.tobytes()[:first]
+        await settle(cache)
+        return cache.counters.read_ahead_loads
+
+    assert (trio.run(main) > 0) == ahead
+    assert cache.counters.chunks_loaded == first // 4096 + cache.counters.read_ahead_loads
 
 
 def test_cached_and_prefetched_chunks_are_current_after_a_write(tmp_path: Path) -> None:

@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 
 PID_XATTR = b"user.zarrfs.pid"
 STREAM_SLACK = 4  # requests a streaming read may arrive behind the newest one
+# A first read this large from the start of a file begins a stream at once (dd,
+# cat, cp, np.fromfile, the kernel's own read-ahead): its read-ahead overlaps the
+# first reply instead of waiting for it. Smaller ones (a header probed by file(1),
+# GDAL or np.load) wait for a second read that continues them.
+STREAM_START = 128 * 2**10
 DIRECT_READS = "reads of array data bypass the page cache (one copy each)"
 NO_DIRECT_READS = (
     "reads of array data go through the page cache (two copies each): this kernel "
@@ -332,10 +337,13 @@ class Operations(pyfuse3.Operations):
         handle = self.files.get(fh)
         view = handle.node.view
         # A read that continues the previous ones is part of a stream (dd, cat,
-        # np.load): load what follows in the background. The kernel's read-ahead
-        # sends requests concurrently, so they may arrive slightly out of order.
+        # np.load), as is a large first read from the start: load what follows in
+        # the background. The kernel's read-ahead sends requests concurrently, so
+        # they may arrive slightly out of order.
         ahead = handle.next_offset
-        if ahead - STREAM_SLACK * size <= off <= ahead:
+        if ahead - STREAM_SLACK * size <= off <= ahead or (
+            off == 0 and ahead < 0 and size >= STREAM_START
+        ):
             handle.next_offset = max(ahead, off + size)
             view.prefetch(handle.next_offset)
         else:
