@@ -10,13 +10,20 @@ request of its own; any other (listed at another version, or not listed) is
 revalidated as before, by its own conditional request. Equal versions name the
 same bytes, so a listing can spare requests, never serve a changed value.
 
+An array's listing may also be asked ahead (``list_soon``), when its metadata is
+revalidated: in a thread of its own, so that the first reads of its chunks find it
+at hand instead of waiting a round trip for it.
+
 Bounded: at most MAX_PREFIXES prefixes are remembered (the oldest forgotten), a
 listing of more than MAX_LISTED keys is not kept (its entries are revalidated one
-by one), and one thread lists a prefix while the others that need it wait.
+by one), one thread lists a prefix while the others that need it wait, and at most
+MAX_LISTING_AHEAD listings are asked ahead at once (past that, none is: the first
+stale chunk asks for it as before).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,10 +38,30 @@ log = logging.getLogger(__name__)
 UNLISTED = -1  # validated_at without listing: a listing would have to be asked
 MAX_PREFIXES = 4096
 MAX_LISTED = 100_000  # keys of one listing (some 100 bytes each while kept)
+MAX_LISTING_AHEAD = 4
 _NS = 1_000_000_000
 
 # (prefix, most) -> {key relative to prefix: version tag}, or None (Store.versions)
 ListVersions = Callable[[str, int], "dict[str, str] | None"]
+
+
+# An array's metadata document is at most this large to be looked into here.
+MAX_DOCUMENT = 1 << 20
+
+
+def names_an_array(key: str, value: bytes | memoryview) -> bool:
+    """Whether ``key`` with ``value`` is an array's metadata document (v2 .zarray, or a
+    v3 zarr.json of node_type "array"), whose directory holds the array's chunks."""
+    name = key.rpartition("/")[2]
+    if name == ".zarray":
+        return True
+    if name != "zarr.json" or len(value) > MAX_DOCUMENT:
+        return False
+    try:
+        document = json.loads(bytes(value))
+    except (ValueError, RecursionError):  # (bad metadata: the tree says so)
+        return False
+    return isinstance(document, dict) and document.get("node_type") == "array"
 
 
 @dataclass(frozen=True)
@@ -51,6 +78,7 @@ class ListedVersions:
         self._listings: dict[str, Listing] = {}
         self._listing_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._ahead = threading.BoundedSemaphore(MAX_LISTING_AHEAD)
         self.listings = 0  # listings asked of the store
 
     def expect(self, prefix: str) -> None:
@@ -66,6 +94,39 @@ class ListedVersions:
                 old, _ = self._prefixes.popitem(last=False)
                 self._listings.pop(old, None)
                 self._listing_locks.pop(old, None)
+
+    def list_soon(self, prefix: str, not_before: int) -> None:
+        """Keys under ``prefix`` are about to be read: their listing is asked now in
+        a thread of its own, unless one is current, under way, or too many are."""
+        if self._ttl <= 0:
+            return
+        self.expect(prefix)
+        prefix = prefix.strip("/")
+        with self._lock:
+            if self._current(prefix, not_before) is not None:
+                return
+            lock = self._listing_locks.setdefault(prefix, threading.Lock())
+            if lock.locked():
+                return
+        if not self._ahead.acquire(blocking=False):
+            return
+        try:
+            threading.Thread(
+                target=self._list_ahead,
+                args=(prefix, not_before),
+                name="zarrfs-list-ahead",
+                daemon=True,
+            ).start()
+        except RuntimeError:  # no thread to be had: the first stale chunk lists
+            self._ahead.release()
+
+    def _list_ahead(self, prefix: str, not_before: int) -> None:
+        try:
+            self._listing(prefix, not_before)
+        except Exception as e:  # a hint: its reads ask again, and say what fails
+            log.debug("disk cache: listing %r ahead failed: %s", prefix, e)
+        finally:
+            self._ahead.release()
 
     def validated_at(
         self, key: str, tag: str, not_before: int, *, may_list: bool = True

@@ -54,7 +54,7 @@ from zarrfs.stores.cachefiles import (
     key_digest,
     range_part,
 )
-from zarrfs.stores.cacheversions import UNLISTED, ListedVersions
+from zarrfs.stores.cacheversions import UNLISTED, ListedVersions, names_an_array
 
 log = logging.getLogger(__name__)
 
@@ -253,15 +253,19 @@ class DiskCacheStore(Store):
         else:
             self._count(hits=1, bytes_served=len(found.payload))
 
-    def _listed_current(self, key: str, founds: list[_Found]) -> bool:
+    def _listed_current(self, key: str, founds: list[_Found], *, wait: bool = True) -> bool:
         """Whether a listing of the key's array saw it at the version its entries
-        hold (then they are stamped valid as of that listing, and served)."""
+        hold (then they are stamped valid as of that listing, and served). Without
+        ``wait``, only a listing at hand counts (not one yet to be asked or under way)."""
         version = founds[0].version
         assert version is not None
         local = getattr(self._local_only, "on", False)
-        at = self._listed.validated_at(key, version.tag, self._fresh_after, may_list=not local)
+        may_list = wait and not local
+        at = self._listed.validated_at(key, version.tag, self._fresh_after, may_list=may_list)
         if at == UNLISTED:
-            raise NotAtHand  # the listing is asked in a fetch thread
+            if local:
+                raise NotAtHand  # the listing is asked in a fetch thread
+            return False
         if at is None:
             return False
         for found in founds:
@@ -295,7 +299,12 @@ class DiskCacheStore(Store):
             return found
         validated = time.time_ns()
         if found is not None and found.version is not None and not found.entry.missing:
-            if self._listed_current(key, [found]):
+            # An array's metadata checked again: its chunks' entries will be too, by
+            # one listing, asked now beside this document's own request.
+            array = names_an_array(key, found.payload)
+            if array:
+                self._listed.list_soon(key.rpartition("/")[0], self._fresh_after)
+            if self._listed_current(key, [found], wait=not array):
                 return found
             answer = self._remote().fetch(key, limit=limit, unless=found.version)
             if answer is UNCHANGED:

@@ -238,3 +238,87 @@ def test_at_hand_a_stale_entry_waits_for_a_listing_asked_elsewhere(
     with cache.at_hand():  # now every other stale entry is checked against it
         assert all(cache.get(key) == value for key, value in CHUNKS.items())
     assert dict(inner.requests) == {("versions", "arr"): 1}
+
+
+def wait_for_listings(cache: DiskCacheStore, count: int) -> None:
+    for _ in range(500):
+        if cache.counters()["listings"] >= count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{count} listing(s) never came")
+
+
+def test_an_arrays_metadata_checked_again_lists_its_chunks_ahead(
+    inner: VersionedStore, tmp_path: Path
+) -> None:
+    """Its own check does not wait for the listing (a conditional request of its
+    own, unless the listing came first); the chunks read after it find the listing
+    at hand."""
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL)
+    for key in (*CHUNKS, "arr/.zarray"):
+        cache.get(key)
+    time.sleep(TTL + 0.05)
+    inner.requests.clear()
+    assert cache.get("arr/.zarray") == b"{}"
+    wait_for_listings(cache, 1)
+    for key, value in CHUNKS.items():
+        assert cache.get(key) == value
+    assert inner.requests.pop(("unchanged", "arr/.zarray"), 0) <= 1
+    assert dict(inner.requests) == {("versions", "arr"): 1}
+    assert cache.stats.listed >= len(CHUNKS)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "array"),
+    [
+        ("arr/.zarray", b"{}", True),
+        ("a/b/zarr.json", b'{"zarr_format": 3, "node_type": "array"}', True),
+        ("zarr.json", b'{"zarr_format": 3, "node_type": "array"}', True),  # the store
+        ("g/zarr.json", b'{"zarr_format": 3, "node_type": "group"}', False),
+        ("g/.zgroup", b"{}", False),
+        ("arr/.zattrs", b'{"node_type": "array"}', False),
+        ("arr/zarr.json", b"[" * 100_000, False),  # too deep: no array of ours
+        ("arr/zarr.json", b'["node_type", "array"]', False),
+        ("arr/zarr.json", b"not json", False),
+        ("arr/0.0", b'{"node_type": "array"}', False),
+    ],
+)
+def test_which_documents_name_an_array(key: str, value: bytes, array: bool) -> None:
+    assert cacheversions.names_an_array(key, value) is array
+
+
+def test_a_groups_metadata_checked_again_lists_nothing(tmp_path: Path) -> None:
+    inner = VersionedStore({"g/zarr.json": b'{"zarr_format": 3, "node_type": "group"}'})
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL)
+    cache.get("g/zarr.json")
+    time.sleep(TTL + 0.05)
+    assert cache.get("g/zarr.json") is not None
+    time.sleep(0.1)
+    assert inner.count("versions") == 0 and inner.count("unchanged") == 1
+
+
+def test_listings_asked_ahead_are_bounded(tmp_path: Path) -> None:
+    """A listing that never ends holds its thread: past MAX_LISTING_AHEAD of them
+    no other is asked ahead (each array's first stale chunk asks for its own)."""
+    gate = threading.Event()
+
+    class Slow(VersionedStore):
+        def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+            self.requests[("versions", prefix)] += 1
+            gate.wait(10)
+            return super().versions(prefix, most)
+
+    arrays = [f"a{i}" for i in range(cacheversions.MAX_LISTING_AHEAD + 3)]
+    inner = Slow({f"{name}/.zarray": b"{}" for name in arrays})
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL)
+    for name in arrays:
+        cache.get(f"{name}/.zarray")
+    time.sleep(TTL + 0.05)
+    try:
+        for name in arrays:
+            cache.get(f"{name}/.zarray")
+        time.sleep(0.2)
+        assert inner.count("versions") == cacheversions.MAX_LISTING_AHEAD
+    finally:
+        gate.set()
+    wait_for_listings(cache, cacheversions.MAX_LISTING_AHEAD)
