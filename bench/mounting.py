@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,11 +208,12 @@ def metered_dd(
     what: str,
     server: int | None = None,
     options: tuple[str, ...] = (),
+    read_done: Callable[[], None] | None = None,
 ) -> tuple[float, cpumeter.Usage]:
     """Seconds of ``dd bs=1M`` of arr/array.raw on a fresh mount of ``store`` (a path
     or URL; ``options``: the mount's), its first and last MiB checked after, and where
     the CPU went meanwhile (``server``: the process group of a server the store is
-    read from)."""
+    read from). ``read_done`` is called as ``dd`` ends, before the check reads."""
     with mounted(store, *options, log_dir=work) as m:
         raw = m / "arr" / "array.raw"
         if not raw.is_file():
@@ -222,6 +223,8 @@ def metered_dd(
             meter.start()
             elapsed = dd(m, raw, "/dev/null")
             usage = meter.stop()
+        if read_done is not None:
+            read_done()
         check_file(raw, data, what)
     return elapsed, usage
 

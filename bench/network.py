@@ -70,6 +70,9 @@ class Network:
     root: Path  # the bucket's directory
     proxy: Proxy
     server: int  # the S3 server's process group
+    # The proxy's counts as the last zarrfs read ended (its check's reads after it
+    # are not the read's).
+    read_end: Counts | None = None
 
     def url(self, prefix: str) -> str:
         return f"s3://{BUCKET}/{prefix}"
@@ -129,8 +132,12 @@ def zarrfs_round(
     net: Network, store: str | Path, data: np.ndarray, what: str, *options: str
 ) -> Round:
     """``dd bs=1M`` of array.raw on a fresh read-only mount of ``store``."""
+
+    def read_done() -> None:
+        net.read_end = net.proxy.counts()
+
     elapsed, usage = metered_dd(
-        store, net.b.work, data, what, net.server, ("--read-only", *options)
+        store, net.b.work, data, what, net.server, ("--read-only", *options), read_done
     )
     return elapsed, usage, usage.watched + usage.children
 
@@ -141,13 +148,14 @@ def run_round(net: Network, side: Side, mb: float, read: Callable[[], Round]) ->
     if side.failure is not None:
         return ""
     before, proxy_cpu = net.proxy.counts(), net.proxy_cpu()
+    net.read_end = None
     try:
         elapsed, usage, reader = read()
     except (BenchError, OSError, ValueError) as e:  # ValueError: tensorstore's errors
         side.failure = f"{side.name}: {e}"
         return ""
     proxy_cpu = net.proxy_cpu() - proxy_cpu
-    sent = requests_since(net.proxy, before)
+    sent = requests_since(net.proxy, before, net.read_end)
     side.rates.append(mb / elapsed)
     side.busy.append(reader)
     return (
@@ -158,8 +166,8 @@ def run_round(net: Network, side: Side, mb: float, read: Callable[[], Round]) ->
     )
 
 
-def requests_since(proxy: Proxy, before: Counts) -> Counts:
-    now = proxy.counts()
+def requests_since(proxy: Proxy, before: Counts, until: Counts | None = None) -> Counts:
+    now = proxy.counts() if until is None else until
     return Counts(
         now.requests - before.requests,
         now.connections - before.connections,
@@ -249,7 +257,7 @@ def cached_reads(
     before = net.proxy.counts()
     fill, _, _ = zarrfs_round(net, net.url(prefix), data, what, *options)
     stamped = [time.monotonic()]  # when entries were last validated
-    sent = requests_since(net.proxy, before)
+    sent = requests_since(net.proxy, before, net.read_end)
     print(
         f"    filling the disk cache (a first read): {mb / fill:.1f} MiB/s, "
         f"{sent.requests} requests, {store_bytes(cache) / MiB:.0f} MiB in {cache.name}"
