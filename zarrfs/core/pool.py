@@ -31,10 +31,13 @@ URGENT = 0  # a reader waits for it
 BACKGROUND = 1  # read-ahead
 
 # Requests in flight to a remote store (threads that mostly wait on the network):
-# reads in the fetch pool, and as many writes in write-back's put pool. obstore
-# itself caps no connections: one request per thread, so these are the bound.
-FETCH_THREADS = 32
-PUT_THREADS = FETCH_THREADS
+# reads in the fetch pool, writes in write-back's put pool. obstore itself caps no
+# connections: one request per thread, so these are the bound. A stream of chunks
+# of a MiB or so over a network is bound by how many are in flight (a request waits
+# a round trip, and a connection carries some 50 MB/s): 64 at once read tiles from
+# a cloud VM's distance a third faster than 32 (docs/benchmarks.md, network).
+FETCH_THREADS = 64
+PUT_THREADS = 32
 
 
 def _name_native_thread(name: str) -> None:

@@ -39,7 +39,7 @@ def stored(root: Path) -> np.ndarray:
 
 def test_puts_in_flight_are_bounded_by_the_connections(tmp_path: Path) -> None:
     storing = Storing(DirectoryStore(str(tmp_path)), threads=2)
-    assert storing.put_pool.threads == PUT_THREADS == FETCH_THREADS, "as many as fetches"
+    assert storing.put_pool.threads == PUT_THREADS <= FETCH_THREADS
     assert not storing.each_unit, "a local store commits batches"
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from zarrfs.core.counters import Counters
-from zarrfs.core.pool import BACKGROUND, URGENT, LoadPools
+from zarrfs.core.pool import BACKGROUND, FETCH_THREADS, URGENT, LoadPools
 from zarrfs.core.read.buffers import MAX_SPARE_BYTES, SpareBuffers
 from zarrfs.core.read.byteorder import big_endian, twin_path
 from zarrfs.core.read.flights import Loads
@@ -38,7 +38,7 @@ from zarrfs.stores.base import Store
 # Read-ahead loads queued at once: enough to keep the workers busy between requests
 # (a remote store's, enough to keep requests in flight over a network's latency).
 MAX_READ_AHEAD_LOADS = 8
-MAX_REMOTE_READ_AHEAD_LOADS = 32
+MAX_REMOTE_READ_AHEAD_LOADS = FETCH_THREADS
 # Inner chunks of a shard that lie together are fetched with one request of at most
 # this many bytes (formats/grid/runs.py), from remote stores: a request costs a round
 # trip, and several runs of a shard still arrive over several connections at once.
