@@ -18,6 +18,7 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.daemon.runstate import ensure_run_dir
 from zarrfs.daemon.storelock import StoreLock
 from zarrfs.errors import ZarrfsError
+from zarrfs.formats.metadata import hierarchy
 from zarrfs.fuse.operations import Operations
 from zarrfs.namespace.freshness import DEFAULT_TTL, Freshness
 from zarrfs.namespace.tree import Tree
@@ -78,7 +79,11 @@ def _cached(store: Store, options: MountOptions) -> Store:
         return store
     try:
         return DiskCacheStore(
-            store, options.disk_cache, options.disk_cache_size, ttl=options.metadata_ttl
+            store,
+            options.disk_cache,
+            options.disk_cache_size,
+            ttl=options.metadata_ttl,
+            lists_ahead=hierarchy.array_document,
         )
     except ZarrfsError as e:
         raise StoreOpenError(str(e)) from None

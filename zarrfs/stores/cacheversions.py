@@ -11,7 +11,7 @@ revalidated as before, by its own conditional request. Equal versions name the
 same bytes, so a listing can spare requests, never serve a changed value.
 
 An array's listing may also be asked ahead (``list_soon``), when its metadata is
-revalidated: in a thread of its own, so that the first reads of its chunks find it
+found stale: in a thread of its own, so that the first reads of its chunks find it
 at hand instead of waiting a round trip for it.
 
 Bounded: at most MAX_PREFIXES prefixes are remembered (the oldest forgotten), a
@@ -23,7 +23,6 @@ stale chunk asks for it as before).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -43,25 +42,6 @@ _NS = 1_000_000_000
 
 # (prefix, most) -> {key relative to prefix: version tag}, or None (Store.versions)
 ListVersions = Callable[[str, int], "dict[str, str] | None"]
-
-
-# An array's metadata document is at most this large to be looked into here.
-MAX_DOCUMENT = 1 << 20
-
-
-def names_an_array(key: str, value: bytes | memoryview) -> bool:
-    """Whether ``key`` with ``value`` is an array's metadata document (v2 .zarray, or a
-    v3 zarr.json of node_type "array"), whose directory holds the array's chunks."""
-    name = key.rpartition("/")[2]
-    if name == ".zarray":
-        return True
-    if name != "zarr.json" or len(value) > MAX_DOCUMENT:
-        return False
-    try:
-        document = json.loads(bytes(value))
-    except (ValueError, RecursionError):  # (bad metadata: the tree says so)
-        return False
-    return isinstance(document, dict) and document.get("node_type") == "array"
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from zarrfs.stores.cachefiles import (
     key_digest,
     range_part,
 )
-from zarrfs.stores.cacheversions import UNLISTED, ListedVersions, names_an_array
+from zarrfs.stores.cacheversions import UNLISTED, ListedVersions
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,13 @@ class DiskCacheStore(Store):
         *,
         ttl: float = DEFAULT_TTL,
         identity: str | None = None,
+        lists_ahead: Callable[[str, bytes | memoryview], bool] | None = None,
     ) -> None:
         """``inner`` cached in ``directory`` (made 0700 if missing; StoreError if it
         is not the user's), at most ``max_bytes`` of files; ``identity`` names the
-        store in the cache (default: its own ``cache_identity()`` or description)."""
+        store in the cache (default: its own ``cache_identity()`` or description);
+        ``lists_ahead(key, value)`` says which stale values start the listing of their
+        directory's versions at once (the mount: an array's metadata)."""
         self.inner = inner
         self.read_only = inner.read_only
         self.remote = inner.remote
@@ -145,6 +148,9 @@ class DiskCacheStore(Store):
         self._writes = _Writes()
         self._stats_lock = threading.Lock()
         self._listed = ListedVersions(inner.versions, ttl)
+        # Whether a value found stale heralds reads of its directory's keys (an
+        # array's metadata, its chunks): their listing is then asked at once.
+        self._lists_ahead = lists_ahead
         self._local_only = threading.local()  # at_hand(): this thread asks no store
 
     def refresh(self) -> None:
@@ -301,10 +307,10 @@ class DiskCacheStore(Store):
         if found is not None and found.version is not None and not found.entry.missing:
             # An array's metadata checked again: its chunks' entries will be too, by
             # one listing, asked now beside this document's own request.
-            array = names_an_array(key, found.payload)
-            if array:
+            ahead = self._lists_ahead is not None and self._lists_ahead(key, found.payload)
+            if ahead:
                 self._listed.list_soon(key.rpartition("/")[0], self._fresh_after)
-            if self._listed_current(key, [found], wait=not array):
+            if self._listed_current(key, [found], wait=not ahead):
                 return found
             answer = self._remote().fetch(key, limit=limit, unless=found.version)
             if answer is UNCHANGED:

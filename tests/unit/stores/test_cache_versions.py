@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.versioned import VersionedStore
 from zarrfs.errors import StoreError
+from zarrfs.formats.metadata.hierarchy import array_document
 from zarrfs.stores import cacheversions
 from zarrfs.stores.base import NotAtHand
 from zarrfs.stores.cacheversions import ListedVersions
@@ -254,7 +255,7 @@ def test_an_arrays_metadata_checked_again_lists_its_chunks_ahead(
     """Its own check does not wait for the listing (a conditional request of its
     own, unless the listing came first); the chunks read after it find the listing
     at hand."""
-    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL)
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_document)
     for key in (*CHUNKS, "arr/.zarray"):
         cache.get(key)
     time.sleep(TTL + 0.05)
@@ -268,28 +269,9 @@ def test_an_arrays_metadata_checked_again_lists_its_chunks_ahead(
     assert cache.stats.listed >= len(CHUNKS)
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "array"),
-    [
-        ("arr/.zarray", b"{}", True),
-        ("a/b/zarr.json", b'{"zarr_format": 3, "node_type": "array"}', True),
-        ("zarr.json", b'{"zarr_format": 3, "node_type": "array"}', True),  # the store
-        ("g/zarr.json", b'{"zarr_format": 3, "node_type": "group"}', False),
-        ("g/.zgroup", b"{}", False),
-        ("arr/.zattrs", b'{"node_type": "array"}', False),
-        ("arr/zarr.json", b"[" * 100_000, False),  # too deep: no array of ours
-        ("arr/zarr.json", b'["node_type", "array"]', False),
-        ("arr/zarr.json", b"not json", False),
-        ("arr/0.0", b'{"node_type": "array"}', False),
-    ],
-)
-def test_which_documents_name_an_array(key: str, value: bytes, array: bool) -> None:
-    assert cacheversions.names_an_array(key, value) is array
-
-
 def test_a_groups_metadata_checked_again_lists_nothing(tmp_path: Path) -> None:
     inner = VersionedStore({"g/zarr.json": b'{"zarr_format": 3, "node_type": "group"}'})
-    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL)
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_document)
     cache.get("g/zarr.json")
     time.sleep(TTL + 0.05)
     assert cache.get("g/zarr.json") is not None
@@ -310,7 +292,7 @@ def test_listings_asked_ahead_are_bounded(tmp_path: Path) -> None:
 
     arrays = [f"a{i}" for i in range(cacheversions.MAX_LISTING_AHEAD + 3)]
     inner = Slow({f"{name}/.zarray": b"{}" for name in arrays})
-    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL)
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_document)
     for name in arrays:
         cache.get(f"{name}/.zarray")
     time.sleep(TTL + 0.05)

@@ -51,6 +51,22 @@ NODE_KEYS: tuple[str, ...] = detect.CANDIDATE_KEYS
 NODE_LIMIT = MAX_DOCUMENT_BYTES
 
 
+def array_document(key: str, value: bytes | memoryview) -> bool:
+    """Whether ``key`` holding ``value`` is an array's own metadata document (v2
+    ``.zarray``, or a v3 ``zarr.json`` of node_type "array"): its directory holds
+    the array's chunks. Invalid or oversized metadata names none."""
+    name = key.rpartition("/")[2]
+    if name == v2.ARRAY_KEY:
+        return True
+    if name != v3.ZARR_JSON or len(value) > NODE_LIMIT:
+        return False
+    try:
+        document = v2.load_json_object(bytes(value), key)
+    except MetadataError:
+        return False
+    return document.get("node_type") == "array"
+
+
 @dataclass(frozen=True)
 class OpenedListing:
     listing: Consolidated | None  # None: the store itself is listed
