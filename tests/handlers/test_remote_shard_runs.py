@@ -37,9 +37,7 @@ class RemoteCountingStore(CountingStore):
     remote = True
 
 
-def sharded(
-    root: Path, shard: tuple[int, int] = ROW_SHARD, compressors: Any = None
-) -> np.ndarray:
+def sharded(root: Path, shard: tuple[int, int] = ROW_SHARD, compressors: Any = None) -> np.ndarray:
     """A v3 float32 array of shards of tiles, stored uncompressed unless asked
     (inner chunks of known size, back to back as zarr-python writes them)."""
     data = np.arange(math.prod(SHAPE), dtype="<f4").reshape(SHAPE)
@@ -56,8 +54,18 @@ def sharded(
     return data
 
 
-def handlers(root: Path) -> tuple[Operations, RemoteCountingStore, ChunkCache, int]:
-    store = RemoteCountingStore(str(root))
+class LocallyServedStore(RemoteCountingStore):
+    """A remote store whose reads are answered from local copies now (a disk cache
+    full of the array)."""
+
+    def serves_locally(self) -> bool:
+        return True
+
+
+def handlers(
+    root: Path, kind: type[RemoteCountingStore] = RemoteCountingStore
+) -> tuple[Operations, RemoteCountingStore, ChunkCache, int]:
+    store = kind(str(root))
     cache = ChunkCache(store, 1 << 26)
     cache.read_ahead = True
     ops = Operations(Tree(store, cache), cache.counters, read_only=True)
@@ -155,6 +163,33 @@ def test_indexes_of_shards_ahead_are_read_before_their_stripes(
     assert indexed == {f"c/{row}/0" for row in range(10)}, sorted(indexed)
     assert fetched == {"c/0/0", "c/1/0"}, sorted(fetched)
     assert stream(ops, fh, data.nbytes) == data.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("kind", "ahead"),
+    [
+        (RemoteCountingStore, readahead.REMOTE_STRIPES_AHEAD),
+        (LocallyServedStore, readahead.STRIPES_AHEAD),
+    ],
+)
+def test_the_window_is_a_networks_only_while_reads_wait_on_one(
+    tmp_path: Path, kind: type[RemoteCountingStore], ahead: int
+) -> None:
+    sharded(tmp_path)
+    ops, store, _, fh = handlers(tmp_path, kind)
+
+    async def main() -> None:
+        await ops.read(fh, 0, 32 << 10)
+        await ops.read(fh, 32 << 10, 32 << 10)
+        await trio.sleep(0.3)  # the loads started in the background end
+
+    trio.run(main)
+    fetched = {key for key, _, _ in chunk_ranges(store)}
+    # The stripe read (a shard here) and those ahead of it; where the reads are
+    # answered locally, no shard's index is read ahead of its stripe either.
+    assert fetched == {f"c/{row}/0" for row in range(ahead + 1)}, sorted(fetched)
+    indexed = {key for key, _, length in store.ranges if length == index_nbytes(ROW_SHARD)}
+    assert (indexed == fetched) == (kind is LocallyServedStore), sorted(indexed)
 
 
 def test_stripe_and_decode_buffers_are_recycled(tmp_path: Path) -> None:

@@ -310,6 +310,12 @@ class Store(ABC):
         ``local_tier``; elsewhere it changes nothing."""
         return contextlib.nullcontext()
 
+    def serves_locally(self) -> bool:
+        """Whether values come without waiting on a network now: a local store's
+        always, a remote store's where local copies answer its recent reads (a disk
+        cache). Read-ahead sizes its window by it."""
+        return not self.remote
+
     def reading_under(self, prefix: str) -> None:  # noqa: B027 - a hint most ignore
         """A hint, never I/O: many keys under ``prefix`` (an array's) are about to be
         read. A store may then check what it holds of them in bulk

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from zarrfs.errors import StoreError
 from zarrfs.stores.cachefiles import CachedFile, bucket_of, low_water, to_evict
+from zarrfs.stores.readbuffers import ReadBuffers
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 @dataclass
 class Read:
-    data: bytes
+    data: bytes | memoryview  # a view of a pooled buffer (stores/readbuffers.py)
     validated: int  # when it was last validated (ns since the epoch)
     inode: int
 
@@ -70,6 +71,7 @@ class CacheDir:
         self.evicted = 0
         self.full = 0  # files not added because the disk was full
         self.last_usage = 0  # the total as this process last wrote it (for stats)
+        self._buffers = ReadBuffers()  # what files are read into
         try:
             for directory in (self.path, self.objects, self.tmp):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -101,7 +103,7 @@ class CacheDir:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > most:
                 return None
-            data = _read_all(fd, st.st_size)
+            data = self._buffers.read(fd, st.st_size)
             now = time.time_ns()
             if now - st.st_atime_ns > 1_000_000_000:  # the LRU order, not every hit
                 os.utime(fd, ns=(now, st.st_mtime_ns))
@@ -313,13 +315,3 @@ class CacheDir:
             action,
             e.strerror or type(e).__name__,
         )
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    data = os.read(fd, size + 1)  # one byte more: a file that grew is no entry
-    while len(data) < size:
-        more = os.read(fd, size + 1 - len(data))
-        if not more:
-            break
-        data += more
-    return data

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -62,6 +63,7 @@ DEFAULT_TTL = 60.0  # seconds an entry is served without asking the store
 _NS = 1_000_000_000
 _SKEW = _NS  # a validation stamp this far in the future is not believed
 _FORGET = 4096  # keys whose writes are remembered (see _Writes)
+RECENT_READS = 16  # reads that say whether the cache's files answer them now
 
 
 @dataclass
@@ -147,6 +149,7 @@ class DiskCacheStore(Store):
         self._fresh_after = 0  # ns: entries validated before this are stale
         self._writes = _Writes()
         self._stats_lock = threading.Lock()
+        self._recent: deque[bool] = deque(maxlen=RECENT_READS)  # answered from files
         self._listed = ListedVersions(inner.versions, ttl)
         # Whether a value found stale heralds reads of its directory's keys (an
         # array's metadata, its chunks): their listing is then asked at once.
@@ -203,6 +206,19 @@ class DiskCacheStore(Store):
         with self._stats_lock:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
+            served = deltas.get("hits", 0) + deltas.get("unchanged", 0) + deltas.get("listed", 0)
+            fetched = deltas.get("misses", 0) + deltas.get("revalidated", 0)
+            fetched -= deltas.get("unchanged", 0)
+            self._recent.extend([True] * min(served, RECENT_READS))
+            self._recent.extend([False] * min(fetched, RECENT_READS))
+
+    def serves_locally(self) -> bool:
+        """Most of the recent reads were answered from the cache's files (fresh,
+        revalidated unchanged or by a listing): a stream over them is read like a
+        local store's, not with a network's read-ahead (docs/benchmarks.md)."""
+        with self._stats_lock:
+            recent = self._recent
+            return len(recent) > 0 and 4 * sum(recent) >= 3 * len(recent)
 
     def _lookup(self, key: str, part: str, limit: int | None = None) -> _Found | None:
         name = file_name(self.identity, key, part)

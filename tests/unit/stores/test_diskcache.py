@@ -309,3 +309,19 @@ def test_a_local_store_is_not_cached(tmp_path: Path) -> None:
     assert _cached(store, options) is store
     assert not (tmp_path / "c").exists()
     assert isinstance(_cached(VersionedStore(), options), DiskCacheStore)
+
+
+def test_it_serves_locally_while_most_reads_are_answered_from_its_files(
+    inner: VersionedStore, tmp_path: Path
+) -> None:
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB)
+    assert inner.remote and cache.serves_locally() is False  # nothing read yet
+    for n in range(3):
+        cache.get(f"k{n}")  # misses: each asks the store
+    assert cache.serves_locally() is False
+    for _ in range(16):
+        cache.get("k0")  # hits
+    assert cache.serves_locally() is True
+    for n in range(3, 8):
+        cache.get(f"k{n}")  # more than a quarter of the recent reads ask the store
+    assert cache.serves_locally() is False

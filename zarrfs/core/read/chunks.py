@@ -80,6 +80,11 @@ class ChunkCache:
         self._twinned.add(meta.path)
         return big_endian(meta)
 
+    def network_bound(self) -> bool:
+        """Loads wait on a network now: a remote store's, unless local copies (a disk
+        cache's files) answer its reads at the moment."""
+        return self.fetch_pool is not None and not self.loader.store.serves_locally()
+
     @property
     def max_bytes(self) -> int:
         return self.lru.max_bytes

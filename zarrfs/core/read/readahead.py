@@ -101,7 +101,7 @@ class ReadAhead:
         if not cache.read_ahead:
             return
         per_stripe = layout.chunk_row_nbytes + layout.max_stripe_nbytes
-        remote = cache.fetch_pool is not None
+        remote = cache.network_bound()
         wanted, share = (REMOTE_STRIPES_AHEAD, 2) if remote else (STRIPES_AHEAD, 4)
         ahead = max(1, min(wanted, cache.max_bytes // share // per_stripe))
         position = offset
@@ -135,7 +135,7 @@ class ReadAhead:
     def _read_ahead_bytes(self) -> int:
         # Over a network each request waits its latency: more of them in flight.
         cache = self._cache
-        ahead = READ_AHEAD if cache.fetch_pool is None else REMOTE_READ_AHEAD
+        ahead = REMOTE_READ_AHEAD if cache.network_bound() else READ_AHEAD
         wanted = max(ahead, READ_AHEAD_CHUNKS * self._live.meta.chunk_nbytes)
         return min(wanted, cache.max_bytes // 4)
 
