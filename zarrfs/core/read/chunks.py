@@ -185,7 +185,7 @@ class ChunkCache:
         At most MAX_READ_AHEAD_LOADS are queued, and a reader's own requests go
         before them. Loads start in the order asked, so the stream's next chunk first.
         """
-        queued = MAX_READ_AHEAD_LOADS if self.fetch_pool is None else MAX_REMOTE_READ_AHEAD_LOADS
+        queued = MAX_REMOTE_READ_AHEAD_LOADS if self.network_bound() else MAX_READ_AHEAD_LOADS
         if not self.read_ahead or self.loader.prefetching >= queued:
             return False
         if self.has(meta.path, index):
