@@ -206,9 +206,11 @@ class DiskCacheStore(Store):
         with self._stats_lock:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
-            served = deltas.get("hits", 0) + deltas.get("unchanged", 0) + deltas.get("listed", 0)
-            fetched = deltas.get("misses", 0) + deltas.get("revalidated", 0)
-            fetched -= deltas.get("unchanged", 0)
+
+    def _note(self, *, served: int = 0, fetched: int = 0) -> None:
+        """Values answered from the cache's files, or fetched (a value's bytes came
+        over the network; a key found still missing, a HEAD, fetch none)."""
+        with self._stats_lock:
             self._recent.extend([True] * min(served, RECENT_READS))
             self._recent.extend([False] * min(fetched, RECENT_READS))
 
@@ -274,6 +276,7 @@ class DiskCacheStore(Store):
             self._count(revalidated=1, unchanged=1, bytes_served=len(found.payload))
         else:
             self._count(hits=1, bytes_served=len(found.payload))
+        self._note(served=1)
 
     def _listed_current(self, key: str, founds: list[_Found], *, wait: bool = True) -> bool:
         """Whether a listing of the key's array saw it at the version its entries
@@ -293,6 +296,7 @@ class DiskCacheStore(Store):
         for found in founds:
             self.files.restamp(found.name, found.inode, at)
         self._count(listed=len(founds), bytes_served=sum(len(f.payload) for f in founds))
+        self._note(served=len(founds))
         return True
 
     # -- whole values --------------------------------------------------------------------
@@ -339,6 +343,7 @@ class DiskCacheStore(Store):
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
             return None
+        self._note(fetched=1)
         value = answer.value
         self._keep(key, VALUE, begun, validated, answer.version, value, length=len(value))
         return Fetched(value, answer.version)
@@ -453,6 +458,7 @@ class DiskCacheStore(Store):
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
             return None
+        self._note(fetched=1)
         values, version = answer
         for part, value in zip(parts, values, strict=True):
             self._keep(key, part, begun, validated, version, value)

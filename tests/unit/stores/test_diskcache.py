@@ -312,16 +312,21 @@ def test_a_local_store_is_not_cached(tmp_path: Path) -> None:
 
 
 def test_it_serves_locally_while_most_reads_are_answered_from_its_files(
-    inner: VersionedStore, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
+    inner = VersionedStore({f"k{n}": bytes([n]) * 10 for n in range(10)})
     cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB)
     assert inner.remote and cache.serves_locally() is False  # nothing read yet
     for n in range(3):
-        cache.get(f"k{n}")  # misses: each asks the store
+        cache.get(f"k{n}")  # misses: each value comes from the store
     assert cache.serves_locally() is False
     for _ in range(16):
         cache.get("k0")  # hits
     assert cache.serves_locally() is True
-    for n in range(3, 8):
-        cache.get(f"k{n}")  # more than a quarter of the recent reads ask the store
+    for n in range(3, 7):
+        cache.get(f"k{n}")  # 4 of the last 16 reads asked the store: still 3/4
+    assert cache.serves_locally() is True
+    cache.get("nope")  # a key found missing brings no value: it counts for neither
+    assert cache.serves_locally() is True
+    cache.get("k7")  # more than a quarter of the recent reads ask the store
     assert cache.serves_locally() is False
