@@ -150,6 +150,7 @@ class DiskCacheStore(Store):
         self._writes = _Writes()
         self._stats_lock = threading.Lock()
         self._recent: deque[bool] = deque(maxlen=RECENT_READS)  # answered from files
+        self._served_recently = 0  # of them, True
         self._listed = ListedVersions(inner.versions, ttl)
         # Whether a value found stale heralds reads of its directory's keys (an
         # array's metadata, its chunks): their listing is then asked at once.
@@ -207,20 +208,25 @@ class DiskCacheStore(Store):
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
 
-    def _note(self, *, served: int = 0, fetched: int = 0) -> None:
-        """Values answered from the cache's files, or fetched (a value's bytes came
-        over the network; a key found still missing, a HEAD, fetch none)."""
+    def _note(self, served: bool, count: int = 1) -> None:
+        """``count`` values answered from the cache's files (``served``), or whose
+        bytes came over the network (a key found still missing, a HEAD: neither)."""
         with self._stats_lock:
-            self._recent.extend([True] * min(served, RECENT_READS))
-            self._recent.extend([False] * min(fetched, RECENT_READS))
+            recent = self._recent
+            for _ in range(min(count, RECENT_READS)):
+                if len(recent) == RECENT_READS:
+                    self._served_recently -= recent[0]
+                recent.append(served)
+                self._served_recently += served
 
     def serves_locally(self) -> bool:
         """Most of the recent reads were answered from the cache's files (fresh,
         revalidated unchanged or by a listing): a stream over them is read like a
-        local store's, not with a network's read-ahead (docs/benchmarks.md)."""
+        local store's, not with a network's read-ahead (docs/benchmarks.md). Asked
+        at every read-ahead step: a count kept, not a sum."""
         with self._stats_lock:
-            recent = self._recent
-            return len(recent) > 0 and 4 * sum(recent) >= 3 * len(recent)
+            n = len(self._recent)
+            return n > 0 and 4 * self._served_recently >= 3 * n
 
     def _lookup(self, key: str, part: str, limit: int | None = None) -> _Found | None:
         name = file_name(self.identity, key, part)
@@ -276,7 +282,7 @@ class DiskCacheStore(Store):
             self._count(revalidated=1, unchanged=1, bytes_served=len(found.payload))
         else:
             self._count(hits=1, bytes_served=len(found.payload))
-        self._note(served=1)
+        self._note(True)
 
     def _listed_current(self, key: str, founds: list[_Found], *, wait: bool = True) -> bool:
         """Whether a listing of the key's array saw it at the version its entries
@@ -296,7 +302,7 @@ class DiskCacheStore(Store):
         for found in founds:
             self.files.restamp(found.name, found.inode, at)
         self._count(listed=len(founds), bytes_served=sum(len(f.payload) for f in founds))
-        self._note(served=len(founds))
+        self._note(True, len(founds))
         return True
 
     # -- whole values --------------------------------------------------------------------
@@ -343,7 +349,7 @@ class DiskCacheStore(Store):
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
             return None
-        self._note(fetched=1)
+        self._note(False)
         value = answer.value
         self._keep(key, VALUE, begun, validated, answer.version, value, length=len(value))
         return Fetched(value, answer.version)
@@ -458,7 +464,7 @@ class DiskCacheStore(Store):
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
             return None
-        self._note(fetched=1)
+        self._note(False)
         values, version = answer
         for part, value in zip(parts, values, strict=True):
             self._keep(key, part, begun, validated, version, value)
