@@ -101,3 +101,15 @@ def test_threads_never_share_a_buffer_in_use(files: list[Path]) -> None:
         t.join()
     assert not wrong
     assert pool.reused > 0
+
+
+def test_a_slightly_larger_file_fits_a_buffer_made_for_a_smaller_one(tmp_path: Path) -> None:
+    # The runs of one stream differ by a few per cent of their size.
+    small, larger = tmp_path / "small", tmp_path / "larger"
+    small.write_bytes(b"s" * MIN_POOLED * 4)
+    larger.write_bytes(b"L" * (MIN_POOLED * 4 + MIN_POOLED // 2))  # an eighth more
+    pool = ReadBuffers()
+    value = read(pool, small)
+    del value
+    value = read(pool, larger)
+    assert pool.reused == 1 and bytes(value) == larger.read_bytes()
