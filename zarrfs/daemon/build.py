@@ -83,7 +83,7 @@ def _cached(store: Store, options: MountOptions) -> Store:
             options.disk_cache,
             options.disk_cache_size,
             ttl=options.metadata_ttl,
-            lists_ahead=hierarchy.array_document,
+            lists_ahead=hierarchy.array_keys,
         )
     except ZarrfsError as e:
         raise StoreOpenError(str(e)) from None

@@ -63,6 +63,8 @@ DEFAULT_TTL = 60.0  # seconds an entry is served without asking the store
 _NS = 1_000_000_000
 _SKEW = _NS  # a validation stamp this far in the future is not believed
 _FORGET = 4096  # keys whose writes are remembered (see _Writes)
+# Keys one listing request returns (S3's and GCS's pages; Azure's hold 5000).
+LISTING_PAGE = 1000
 RECENT_READS = 16  # reads that say whether the cache's files answer them now
 
 
@@ -129,13 +131,14 @@ class DiskCacheStore(Store):
         *,
         ttl: float = DEFAULT_TTL,
         identity: str | None = None,
-        lists_ahead: Callable[[str, bytes | memoryview], bool] | None = None,
+        lists_ahead: Callable[[str, bytes | memoryview], int | None] | None = None,
     ) -> None:
         """``inner`` cached in ``directory`` (made 0700 if missing; StoreError if it
         is not the user's), at most ``max_bytes`` of files; ``identity`` names the
         store in the cache (default: its own ``cache_identity()`` or description);
         ``lists_ahead(key, value)`` says which stale values start the listing of their
-        directory's versions at once (the mount: an array's metadata)."""
+        directory's versions at once (the mount: an array's metadata), and at most
+        how many keys that directory holds (None for other values)."""
         self.inner = inner
         self.read_only = inner.read_only
         self.remote = inner.remote
@@ -332,11 +335,14 @@ class DiskCacheStore(Store):
         validated = time.time_ns()
         if found is not None and found.version is not None and not found.entry.missing:
             # An array's metadata checked again: its chunks' entries will be too, by
-            # one listing, asked now beside this document's own request.
-            ahead = self._lists_ahead is not None and self._lists_ahead(key, found.payload)
-            if ahead:
+            # one listing, asked now. Where one page of it answers (a request, as
+            # this document's own check would be), it checks the document too, so
+            # that it is at hand when the chunks' reads begin; a longer one is left
+            # to run beside the document's own request.
+            keys = None if self._lists_ahead is None else self._lists_ahead(key, found.payload)
+            if keys is not None:
                 self._listed.list_soon(key.rpartition("/")[0], self._fresh_after)
-            if self._listed_current(key, [found], wait=not ahead):
+            if self._listed_current(key, [found], wait=keys is None or keys <= LISTING_PAGE):
                 return found
             answer = self._remote().fetch(key, limit=limit, unless=found.version)
             if answer is UNCHANGED:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.versioned import VersionedStore
 from zarrfs.errors import StoreError
-from zarrfs.formats.metadata.hierarchy import array_document
+from zarrfs.formats.metadata.hierarchy import array_keys
 from zarrfs.stores import cacheversions
 from zarrfs.stores.base import NotAtHand
 from zarrfs.stores.cacheversions import ListedVersions
@@ -255,7 +255,7 @@ def test_an_arrays_metadata_checked_again_lists_its_chunks_ahead(
     """Its own check does not wait for the listing (a conditional request of its
     own, unless the listing came first); the chunks read after it find the listing
     at hand."""
-    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_document)
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_keys)
     for key in (*CHUNKS, "arr/.zarray"):
         cache.get(key)
     time.sleep(TTL + 0.05)
@@ -269,9 +269,67 @@ def test_an_arrays_metadata_checked_again_lists_its_chunks_ahead(
     assert cache.stats.listed >= len(CHUNKS)
 
 
+class HeldListings(VersionedStore):
+    """Its listings wait for ``gate`` (at most 10 s)."""
+
+    def __init__(self, values: dict[str, bytes]) -> None:
+        super().__init__(values)
+        self.gate = threading.Event()
+
+    def versions(self, prefix: str, most: int) -> dict[str, str] | None:
+        self.gate.wait(10)
+        return super().versions(prefix, most)
+
+
+@pytest.mark.parametrize(
+    ("shape", "waits"),
+    [
+        ([8, 1], True),  # 8 chunks: one page of the listing checks the document too
+        ([2_000_000, 1000], False),  # 2 million: its own request, the listing beside
+    ],
+)
+def test_an_arrays_metadata_is_checked_by_the_listing_where_one_page_of_it_does(
+    tmp_path: Path, shape: list[int], waits: bool
+) -> None:
+    document = f'{{"shape": {shape}, "chunks": [1, 1]}}'.encode()
+    inner = HeldListings({**CHUNKS, "arr/.zarray": document})
+    inner.gate.set()
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_keys)
+    for key in (*CHUNKS, "arr/.zarray"):
+        cache.get(key)
+    time.sleep(TTL + 0.05)
+    inner.requests.clear()
+    inner.gate.clear()
+    threading.Timer(0.1, inner.gate.set).start()  # (within the TTL)
+    began = time.monotonic()
+    assert cache.get("arr/.zarray") == document
+    took = time.monotonic() - began
+    assert (took >= 0.1) is waits
+    assert inner.count("unchanged") == (0 if waits else 1)
+    wait_for_listings(cache, 1)
+    for key, value in CHUNKS.items():
+        assert cache.get(key) == value
+    assert inner.count("versions") == 1
+    assert inner.count("fetch") == inner.count("unchanged")  # no value sent again
+
+
+def test_an_arrays_metadata_changed_is_read_again_after_the_listing(tmp_path: Path) -> None:
+    """The listing saw another version of the document: it is asked for alone."""
+    old = b'{"shape": [8, 1], "chunks": [1, 1]}'
+    inner = VersionedStore({**CHUNKS, "arr/.zarray": old})
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_keys)
+    cache.get("arr/.zarray")
+    new = b'{"shape": [9, 1], "chunks": [1, 1]}'
+    inner.set("arr/.zarray", new)
+    time.sleep(TTL + 0.05)
+    inner.requests.clear()
+    assert cache.get("arr/.zarray") == new
+    assert inner.count("versions") == 1
+
+
 def test_a_groups_metadata_checked_again_lists_nothing(tmp_path: Path) -> None:
     inner = VersionedStore({"g/zarr.json": b'{"zarr_format": 3, "node_type": "group"}'})
-    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_document)
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_keys)
     cache.get("g/zarr.json")
     time.sleep(TTL + 0.05)
     assert cache.get("g/zarr.json") is not None
@@ -292,7 +350,7 @@ def test_listings_asked_ahead_are_bounded(tmp_path: Path) -> None:
 
     arrays = [f"a{i}" for i in range(cacheversions.MAX_LISTING_AHEAD + 3)]
     inner = Slow({f"{name}/.zarray": b"{}" for name in arrays})
-    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_document)
+    cache = DiskCacheStore(inner, str(tmp_path / "c"), MiB, ttl=TTL, lists_ahead=array_keys)
     for name in arrays:
         cache.get(f"{name}/.zarray")
     time.sleep(TTL + 0.05)

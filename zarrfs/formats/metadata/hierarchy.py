@@ -51,20 +51,53 @@ NODE_KEYS: tuple[str, ...] = detect.CANDIDATE_KEYS
 NODE_LIMIT = MAX_DOCUMENT_BYTES
 
 
-def array_document(key: str, value: bytes | memoryview) -> bool:
-    """Whether ``key`` holding ``value`` is an array's own metadata document (v2
-    ``.zarray``, or a v3 ``zarr.json`` of node_type "array"): its directory holds
-    the array's chunks. Invalid or oversized metadata names none."""
+# What ``array_keys`` says of an array whose document names no regular grid.
+MANY_KEYS = 2**63
+
+
+def array_keys(key: str, value: bytes | memoryview) -> int | None:
+    """At most how many keys the directory of ``key`` holds, if ``key`` holding
+    ``value`` is an array's own metadata document (v2 ``.zarray``, or a v3
+    ``zarr.json`` of node_type "array"): its chunks (or shards) on their regular
+    grid, and its documents; MANY_KEYS where the document names no such grid. None
+    for any other document; invalid or oversized metadata names no array."""
     name = key.rpartition("/")[2]
-    if name == v2.ARRAY_KEY:
-        return True
-    if name != v3.ZARR_JSON or len(value) > NODE_LIMIT:
-        return False
+    if name not in (v2.ARRAY_KEY, v3.ZARR_JSON) or len(value) > NODE_LIMIT:
+        return None
     try:
         document = v2.load_json_object(bytes(value), key)
     except MetadataError:
-        return False
-    return document.get("node_type") == "array"
+        return MANY_KEYS if name == v2.ARRAY_KEY else None
+    if name == v2.ARRAY_KEY:
+        chunks = document.get("chunks")
+    elif document.get("node_type") != "array":
+        return None
+    else:
+        grid = document.get("chunk_grid")
+        regular = isinstance(grid, dict) and grid.get("name") == "regular"
+        configuration = grid.get("configuration") if regular else None
+        chunks = configuration.get("chunk_shape") if isinstance(configuration, dict) else None
+    return _grid_keys(document.get("shape"), chunks)
+
+
+def _grid_keys(shape: object, chunks: object) -> int:
+    """The chunks of ``shape`` cut into ``chunks``, and a few documents beside them;
+    MANY_KEYS where either is not a list of as many integers (chunks positive,
+    shape not negative)."""
+    if not (
+        isinstance(shape, list)
+        and isinstance(chunks, list)
+        and len(shape) == len(chunks)
+        and all(type(n) is int and n >= 0 for n in shape)
+        and all(type(n) is int and n > 0 for n in chunks)
+    ):
+        return MANY_KEYS
+    count = 1
+    for n, c in zip(shape, chunks, strict=True):
+        count *= -(-n // c)
+        if count >= MANY_KEYS:
+            return MANY_KEYS
+    return count + 3
 
 
 @dataclass(frozen=True)
