@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -55,6 +54,7 @@ from zarrfs.stores.cachefiles import (
     key_digest,
     range_part,
 )
+from zarrfs.stores.cachereads import RecentReads, Writes
 from zarrfs.stores.cacheversions import UNLISTED, ListedVersions
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TTL = 60.0  # seconds an entry is served without asking the store
 _NS = 1_000_000_000
 _SKEW = _NS  # a validation stamp this far in the future is not believed
-_FORGET = 4096  # keys whose writes are remembered (see _Writes)
 # Keys one listing request returns (S3's and GCS's pages; Azure's hold 5000).
 LISTING_PAGE = 1000
-RECENT_READS = 16  # reads that say whether the cache's files answer them now
 
 
 @dataclass
@@ -92,34 +90,6 @@ class _Found:
     def version(self) -> Version | None:
         e = self.entry
         return None if e.tag is None else Version(e.tag, e.mtime, e.size)
-
-
-class _Writes:
-    """Which keys were written since a read began: a read that began before a write
-    of its key must not cache what it read (it may be the old value)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._clock = 0
-        self._floor = 0  # reads begun before this are never cached
-        self._written: dict[str, int] = {}
-
-    def begin(self) -> int:
-        with self._lock:
-            self._clock += 1
-            return self._clock
-
-    def wrote(self, key: str) -> None:
-        with self._lock:
-            self._clock += 1
-            if len(self._written) >= _FORGET:
-                self._written.clear()
-                self._floor = self._clock
-            self._written[key] = self._clock
-
-    def may_cache(self, key: str, begun: int) -> bool:
-        with self._lock:
-            return begun > self._floor and self._written.get(key, 0) < begun
 
 
 class DiskCacheStore(Store):
@@ -150,10 +120,9 @@ class DiskCacheStore(Store):
         self.files = CacheDir(directory, max_bytes)
         self.stats = CacheStats()
         self._fresh_after = 0  # ns: entries validated before this are stale
-        self._writes = _Writes()
+        self._writes = Writes()
         self._stats_lock = threading.Lock()
-        self._recent: deque[bool] = deque(maxlen=RECENT_READS)  # answered from files
-        self._served_recently = 0  # of them, True
+        self._recent = RecentReads()  # where the last values read came from
         self._listed = ListedVersions(inner.versions, ttl)
         # Whether a value found stale heralds reads of its directory's keys (an
         # array's metadata, its chunks): their listing is then asked at once.
@@ -214,22 +183,13 @@ class DiskCacheStore(Store):
     def _note(self, served: bool, count: int = 1) -> None:
         """``count`` values answered from the cache's files (``served``), or whose
         bytes came over the network (a key found still missing, a HEAD: neither)."""
-        with self._stats_lock:
-            recent = self._recent
-            for _ in range(min(count, RECENT_READS)):
-                if len(recent) == RECENT_READS:
-                    self._served_recently -= recent[0]
-                recent.append(served)
-                self._served_recently += served
+        self._recent.note(served, count)
 
     def serves_locally(self) -> bool:
         """Most of the recent reads were answered from the cache's files (fresh,
         revalidated unchanged or by a listing): a stream over them is read like a
-        local store's, not with a network's read-ahead (docs/benchmarks.md). Asked
-        at every read-ahead step: a count kept, not a sum."""
-        with self._stats_lock:
-            n = len(self._recent)
-            return n > 0 and 4 * self._served_recently >= 3 * n
+        local store's, not with a network's read-ahead (docs/benchmarks.md)."""
+        return self._recent.mostly_served()
 
     def _lookup(self, key: str, part: str, limit: int | None = None) -> _Found | None:
         name = file_name(self.identity, key, part)
