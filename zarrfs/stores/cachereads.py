@@ -52,6 +52,8 @@ class RecentReads:
         self._served = 0  # of them, answered from files
 
     def note(self, served: bool, count: int = 1) -> None:
+        """``count`` values answered from the cache's files (``served``), or whose
+        bytes came over the network (a key found still missing, a HEAD: neither)."""
         with self._lock:
             recent = self._recent
             for _ in range(min(count, RECENT_READS)):

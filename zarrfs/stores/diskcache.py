@@ -180,11 +180,6 @@ class DiskCacheStore(Store):
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
 
-    def _note(self, served: bool, count: int = 1) -> None:
-        """``count`` values answered from the cache's files (``served``), or whose
-        bytes came over the network (a key found still missing, a HEAD: neither)."""
-        self._recent.note(served, count)
-
     def serves_locally(self) -> bool:
         """Most of the recent reads were answered from the cache's files (fresh,
         revalidated unchanged or by a listing): a stream over them is read like a
@@ -245,7 +240,7 @@ class DiskCacheStore(Store):
             self._count(revalidated=1, unchanged=1, bytes_served=len(found.payload))
         else:
             self._count(hits=1, bytes_served=len(found.payload))
-        self._note(True)
+        self._recent.note(True)
 
     def _listed_current(self, key: str, founds: list[_Found], *, wait: bool = True) -> bool:
         """Whether a listing of the key's array saw it at the version its entries
@@ -265,7 +260,7 @@ class DiskCacheStore(Store):
         for found in founds:
             self.files.restamp(found.name, found.inode, at)
         self._count(listed=len(founds), bytes_served=sum(len(f.payload) for f in founds))
-        self._note(True, len(founds))
+        self._recent.note(True, len(founds))
         return True
 
     # -- whole values --------------------------------------------------------------------
@@ -315,7 +310,7 @@ class DiskCacheStore(Store):
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
             return None
-        self._note(False)
+        self._recent.note(False)
         value = answer.value
         self._keep(key, VALUE, begun, validated, answer.version, value, length=len(value))
         return Fetched(value, answer.version)
@@ -430,7 +425,7 @@ class DiskCacheStore(Store):
         if answer is None:
             self._keep(key, VALUE, begun, validated, None, missing=True)
             return None
-        self._note(False)
+        self._recent.note(False)
         values, version = answer
         for part, value in zip(parts, values, strict=True):
             self._keep(key, part, begun, validated, version, value)

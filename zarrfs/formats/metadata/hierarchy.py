@@ -59,8 +59,9 @@ def array_keys(key: str, value: bytes | memoryview) -> int | None:
     """At most how many keys the directory of ``key`` holds, if ``key`` holding
     ``value`` is an array's own metadata document (v2 ``.zarray``, or a v3
     ``zarr.json`` of node_type "array"): its chunks (or shards) on their regular
-    grid, and its documents; MANY_KEYS where the document names no such grid. None
-    for any other document; invalid or oversized metadata names no array."""
+    grid, and its documents; MANY_KEYS where the document names no such grid (a
+    ``.zarray`` that is no JSON object is still taken for an array's). None for any
+    other document, an oversized one, or a ``zarr.json`` that is no JSON object."""
     name = key.rpartition("/")[2]
     if name not in (v2.ARRAY_KEY, v3.ZARR_JSON) or len(value) > NODE_LIMIT:
         return None
