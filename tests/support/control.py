@@ -19,6 +19,7 @@ STATS_KEYS = {
     *("chunks_being_stored", "write_cache_size", "errors", "decode_failures"),
     *("store_failures", "last_store_error", "store_failing", "direct_reads"),
     "directory_reads",
+    "listed_ahead",
 }
 
 

@@ -27,6 +27,7 @@ class Staged:
 class Counters:
     bytes_read: int = 0  # of array.raw and array.npy, returned to readers
     directory_reads: int = 0  # readdir requests answered (a listing the kernel kept asks none)
+    listed_ahead: int = 0  # directories a walk would open next, listed while idle
     cache_hits: int = 0  # chunk requests answered from the decoded-chunk cache
     cache_misses: int = 0  # chunk requests that had to wait for a load
     chunks_loaded: int = 0  # store reads (and decodes) started

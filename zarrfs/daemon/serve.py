@@ -138,6 +138,7 @@ async def _run(ops: Operations, readahead: Callable[[], None] | None = None) -> 
                     log.info("removed %d temporary files left by an earlier run", removed)
 
         nursery.start_soon(watch_signals)
+        nursery.start_soon(ops.ahead.run)
         if readahead is not None:
             nursery.start_soon(raise_readahead, readahead)
         ops.tree.cache.read_ahead = True

@@ -23,6 +23,7 @@ from zarrfs.core.write.writeback import WriteBack
 from zarrfs.errors import AccessDeniedError, ReadOnlyError, ZarrfsError
 from zarrfs.formats.model import ArrayMeta
 from zarrfs.fuse import kernel, pages
+from zarrfs.fuse.ahead import ListAhead
 from zarrfs.fuse.attributes import Attributes
 from zarrfs.fuse.boundary import boundary
 from zarrfs.fuse.inodes import HandleTable, InodeTable
@@ -108,6 +109,8 @@ class Operations(pyfuse3.Operations):
         self.direct_maps = False
         self.kernel_cache = False
         self._probed = trio.Lock()
+        # A walk's next directories, made while the mount waits (run in its nursery).
+        self.ahead = ListAhead(tree, counters)
 
     def init(self) -> None:
         # Called while answering INIT; waiters run after the reply has been sent.
@@ -256,6 +259,7 @@ class Operations(pyfuse3.Operations):
         # directory opened twice).
         listing = self.tree.listing(directory)
         fh = self.dirs.add(listing)
+        self.ahead.opened(directory)
         if not CACHED_LISTINGS or not len(listing) or unlisted(directory):
             return fh  # (a chunk key's directory lists nothing)
         return pyfuse3.FileInfo(fh=fh, keep_cache=self._listing_kept(directory), cache_readdir=True)

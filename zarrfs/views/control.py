@@ -51,6 +51,7 @@ def snapshot(
         "uptime_seconds": round(counters.uptime, 3),
         "bytes_read": counters.bytes_read,
         "directory_reads": counters.directory_reads,
+        "listed_ahead": counters.listed_ahead,
         "direct_reads": counters.direct_reads,
         "cache_hits": counters.cache_hits,
         "cache_misses": counters.cache_misses,

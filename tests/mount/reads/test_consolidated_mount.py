@@ -72,3 +72,20 @@ def test_mount_lists_from_the_root_zarr_json(tmp_path: Path) -> None:
         assert os.stat(m / "g1" / "a0" / "array.raw").st_size == 16
     with mounted(root, "--read-only", "--no-consolidated", log_dir=tmp_path) as m:
         assert "late" in os.listdir(m / "g1")
+
+
+def test_a_walk_finds_the_arrays_after_the_first_listed_ahead(tmp_path: Path) -> None:
+    root = tmp_path / "s.zarr"
+    write_v2_hierarchy(root, groups=1, arrays=60)
+    group = zarr.open_consolidated(str(root), zarr_format=2)["g0"]
+    with mounted(root, "--read-only") as m:
+        listing = subprocess.run(
+            ["ls", "-lR", str(m / "g0")], capture_output=True, text=True, check=True
+        ).stdout
+        stats = json.loads((m / ".zarrfs" / "stats").read_bytes())
+        # The walk's idle moments listed arrays before it opened them.
+        assert stats["listed_ahead"] > 0
+        for name, array in group.arrays():
+            assert f"{m / 'g0' / name}:" in listing
+            assert os.path.getsize(m / "g0" / name / "array.raw") == array.nbytes
+            np.testing.assert_array_equal(np.load(m / "g0" / name / "array.npy"), array[:])
