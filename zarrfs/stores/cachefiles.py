@@ -147,8 +147,11 @@ def _parse(header: bytes) -> Entry:
 
 
 def key_digest(store: str, key: str) -> str:
-    """40 hex digits naming (store, key): every file of the key starts with them."""
-    return hashlib.sha256(f"{store}\0{key}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    """40 hex digits naming (store, key): every file of the key starts with them. The
+    store's length leads, so no split of one text into a store and a key names
+    another (both may hold any character, a NUL too)."""
+    named = f"{len(store)}:{store}{key}"
+    return hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def file_name(store: str, key: str, part: str) -> str:

@@ -5,7 +5,7 @@ eviction removes the least recently used down to its target."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from zarrfs.stores.cachefiles import (
@@ -90,6 +90,8 @@ def test_what_is_no_cache_file_is_refused(raw: bytes) -> None:
 
 
 @given(texts, texts, parts, texts, texts, parts)
+@example("\0", "", "range:0:0", "", "\0", "range:0:0")  # one text, split two ways
+@example("s", "\0k", "value", "s\0", "k", "value")
 def test_names_are_distinct_and_safe(
     store: str, key: str, part: str, store2: str, key2: str, part2: str
 ) -> None:
