@@ -47,6 +47,7 @@ class Counters:
     # Not in stats: whether the read path reuses its memory.
     buffers_recycled: int = 0  # decode buffers kept for the next load
     stripes_assembled: int = 0
+    stripe_chunks_placed: int = 0  # copied into their stripe by the load that decoded them
     stripe_buffers_reused: int = 0  # stripes assembled into a buffer given back
 
     def store_failed(self, error: Exception) -> None:

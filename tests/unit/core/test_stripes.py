@@ -256,6 +256,59 @@ def test_a_long_stream_recycles_stripe_buffers(tmp_path: Path) -> None:
     assert reused > 0, "no stripe was assembled into a buffer given back"
 
 
+def test_a_stream_places_each_chunk_as_it_is_decoded(tmp_path: Path) -> None:
+    """Every chunk a stream's stripes load is copied into its stripe by the worker
+    that decoded it: no assembly pass is left for the stripe after its last chunk.
+    (The stream's first read loads the first row of tiles before it is a stream.)"""
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    assert read_through(ops, cache, data.nbytes) == data.tobytes()
+    across = COLUMNS // TILE_COLUMNS
+    assert cache.counters.chunks_loaded == (ROWS // TILE_ROWS) * across
+    assert cache.counters.stripe_chunks_placed >= cache.counters.chunks_loaded - across
+
+
+def test_a_stripe_copies_the_chunks_cached_before_it(tmp_path: Path) -> None:
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    fh = open_raw(ops)
+    raw = data.tobytes()
+
+    async def main() -> bytes:
+        at = TILE_ROWS * COLUMNS * 4 + 100  # in tile (1, 0), now cached
+        assert bytes(await ops.read(fh, at, 16)) == raw[at : at + 16]
+        assert cache.counters.stripes_assembled == 0
+        out = await stream(ops, fh, data.nbytes)
+        await settle(cache)
+        return out
+
+    assert trio.run(main) == raw
+    across = COLUMNS // TILE_COLUMNS
+    chunks = (ROWS // TILE_ROWS) * across
+    placed = cache.counters.stripe_chunks_placed
+    assert chunks - across - 1 <= placed <= chunks - 1, "the cached tile was placed by a load"
+
+
+def test_a_chunk_placed_is_copied_again_when_another_is_returned(tmp_path: Path) -> None:
+    """A load that placed its chunk can be superseded (its shard replaced meanwhile)
+    and the chunk loaded again: the stripe holds the chunk its assembly got, not
+    the one placed first."""
+    data = tiled_store(tmp_path)
+    ops, cache = make_ops(tmp_path)
+    get = cache.get
+
+    async def superseded(meta, index, *, priority=0, sink=None):
+        chunk = await get(meta, index, priority=priority)
+        if sink is not None:
+            sink(None if chunk is None else np.full_like(chunk, 0x55))  # the old chunk
+        return chunk
+
+    cache.get = superseded  # type: ignore[method-assign]
+    assert read_through(ops, cache, data.nbytes) == data.tobytes()
+    assert cache.counters.stripes_assembled >= ROWS // TILE_ROWS - 1
+    assert cache.counters.stripe_chunks_placed == 0
+
+
 def test_random_reads_assemble_no_stripe(tmp_path: Path) -> None:
     data = tiled_store(tmp_path)
     ops, cache = make_ops(tmp_path)

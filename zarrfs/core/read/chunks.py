@@ -24,7 +24,7 @@ from zarrfs.core.counters import Counters
 from zarrfs.core.pool import BACKGROUND, FETCH_THREADS, URGENT, LoadPools
 from zarrfs.core.read.buffers import MAX_SPARE_BYTES, SpareBuffers
 from zarrfs.core.read.byteorder import big_endian, twin_path
-from zarrfs.core.read.flights import Loads
+from zarrfs.core.read.flights import Loads, Sink
 from zarrfs.core.read.indexes import ShardIndexes
 from zarrfs.core.read.lru import CacheKey, ChunkKey, DecodedLru, Entry, ShardIndexKey, StripeKey
 from zarrfs.core.read.stripes import Stripes
@@ -94,9 +94,12 @@ class ChunkCache:
         return self.lru.nbytes
 
     async def get(
-        self, meta: ArrayMeta, index: Index, *, priority: int = URGENT
+        self, meta: ArrayMeta, index: Index, *, priority: int = URGENT, sink: Sink | None = None
     ) -> np.ndarray | None:
-        """The decoded chunk (read-only, chunk shape), or ``None`` if it is not stored."""
+        """The decoded chunk (read-only, chunk shape), or ``None`` if it is not stored.
+
+        ``sink``: if a load starts here, its worker gives it the chunk as decoded
+        (a chunk cached, in flight or not stored never reaches it)."""
         key = ChunkKey((meta.path, index))
         loader = self.loader
         while True:
@@ -109,7 +112,7 @@ class ChunkCache:
             if flight is not None:
                 break
             if meta.shards is None:
-                flight = loader.start_chunk(meta, index, priority)
+                flight = loader.start_chunk(meta, index, priority, sink=sink)
                 break
             where = await self.indexes.where(meta, index, priority)
             if key in self.lru or loader.known(key):
@@ -118,12 +121,12 @@ class ChunkCache:
                 self.lru.insert(key, None)
                 self.counters.cache_misses += 1
                 return None
-            flight = loader.start_chunk(meta, index, priority, where)
+            flight = loader.start_chunk(meta, index, priority, where, sink=sink)
             break
         self.counters.cache_misses += 1
         value = await loader.wait(flight)
         if flight.stale:  # read from a shard that was being replaced: again
-            return await self.get(meta, index, priority=priority)
+            return await self.get(meta, index, priority=priority, sink=sink)
         return value  # type: ignore[return-value]
 
     async def start_runs(self, meta: ArrayMeta, indices: list[Index], priority: int) -> None:

@@ -48,6 +48,9 @@ FAILURE_TTL = 30.0
 # What a finished load hands to the cache: (key, value, the buffer of ours it lives
 # in, loaded ahead of a reader).
 Keep = Callable[[CacheKey, Entry, np.ndarray | None, bool], None]
+# What a chunk's load does with the chunk once decoded, in its worker thread (a
+# stripe's assembly copies it into place there: core/read/stripes.py).
+Sink = Callable[[np.ndarray | None], None]
 
 
 @dataclass
@@ -209,16 +212,20 @@ class Loads:
         where: Where | None = None,
         *,
         prefetched: bool = False,
+        sink: Sink | None = None,
     ) -> Flight:
         """Queue one load; it runs to its end even if nobody waits for it any more.
-        ``prefetched``: started ahead of a reader (it counts in ``prefetching``)."""
+        ``prefetched``: started ahead of a reader (it counts in ``prefetching``);
+        ``sink``: called with the decoded chunk in the worker, before the flight ends."""
         self._announce(meta)
         # Nothing between registering the flight and queueing its job may raise:
         # waiters would wait for a load that never comes.
         flight, spare, finish = self._chunk_flight(meta, index, priority, prefetched)
         decoders, fetchers = self.pools.decoders, self.pools.fetchers
         if fetchers is None:
-            decoders.submit(self.load, meta, index, spare, where, priority=priority, on_done=finish)
+            decoders.submit(
+                self.load, meta, index, spare, where, sink, priority=priority, on_done=finish
+            )
             return flight
 
         token = trio.lowlevel.current_trio_token()
@@ -236,13 +243,21 @@ class Loads:
             # Straight to the decoders, from this thread: the trio loop sees the
             # chunk once, decoded.
             decoders.submit_from_thread(
-                token, self.decode, meta, index, data, spare, priority=priority, on_done=finish
+                token,
+                self.decode,
+                meta,
+                index,
+                data,
+                spare,
+                sink,
+                priority=priority,
+                on_done=finish,
             )
 
         # A remote store's requests wait on the network: many at once, in a pool of
         # their own, and the decode workers take each as it arrives.
         if self.store.local_tier:
-            attempt = functools.partial(self.load, meta, index, spare, where)
+            attempt = functools.partial(self.load, meta, index, spare, where, sink)
             self._at_hand_first(attempt, fetch, priority, finish, _ignore)
         else:
             fetchers.submit(fetch, priority=priority, on_done=_ignore)
@@ -364,10 +379,11 @@ class Loads:
         index: Index,
         spare: list[np.ndarray] | None = None,
         where: Where | None = None,
+        sink: Sink | None = None,
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Fetch and decode one chunk, into the buffer in ``spare`` if there is one;
         (chunk, the buffer it lives in when that is one of ours)."""
-        return self.decode(meta, index, self.fetch(meta, index, where), spare)
+        return self.decode(meta, index, self.fetch(meta, index, where), spare, sink)
 
     def fetch(self, meta: ArrayMeta, index: Index, where: Where | None) -> Fetched:
         """(key, stored bytes) of a chunk, None when not stored."""
@@ -388,10 +404,19 @@ class Loads:
         return self.decode(meta, member.index, fetched, spare)
 
     def decode(
-        self, meta: ArrayMeta, index: Index, fetched: Fetched, spare: list[np.ndarray] | None
+        self,
+        meta: ArrayMeta,
+        index: Index,
+        fetched: Fetched,
+        spare: list[np.ndarray] | None,
+        sink: Sink | None = None,
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """The fetched chunk decoded (into the buffer in ``spare``)."""
-        return decode_fetched(meta, index, fetched, spare)
+        """The fetched chunk decoded (into the buffer in ``spare``), and given to
+        ``sink`` while it is warm in this core's cache."""
+        decoded = decode_fetched(meta, index, fetched, spare)
+        if sink is not None:
+            sink(decoded[0])
+        return decoded
 
 
 HANDED_ON = object()  # a load's first step found no local copy: a fetch thread goes on

@@ -10,7 +10,7 @@ assembled request by request.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -74,15 +74,18 @@ def assemble(
     plan: RangePlan,
     chunks: Mapping[Index, np.ndarray | None],
     out: np.ndarray | None = None,
+    only: Iterable[Index] | None = None,
 ) -> memoryview:
     """The plan's bytes from its chunks (None: fill value), in a fresh buffer of
     their own (no copy to return them), or in ``out`` (uint8, the plan's whole
     elements); no await, so atomic. Worker threads call it for stripes: numpy
-    copies these without the GIL."""
+    copies these without the GIL. ``only``: the chunks to copy (the others are
+    in ``out`` already)."""
     void = void_dtype(meta)
     buf = np.empty(plan.n_elements, dtype=void) if out is None else out.view(void)
     fill = fill_element(meta)
-    for index, pieces in plan.chunks.items():
+    for index in plan.chunks if only is None else only:
+        pieces = plan.chunks[index]
         chunk = chunks[index]
         source = None if chunk is None else chunk.view(void)
         for piece in pieces:

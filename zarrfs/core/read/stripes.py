@@ -15,6 +15,9 @@ the trio thread (docs/concurrency.md):
 
 - One assembly per stripe at a time (single-flight). It runs as a system task,
   so that read-ahead can start one without a nursery, and a reader waits for it.
+- The loads a stripe starts copy their chunks into it in the worker, as each is
+  decoded (``_Placing``): the stripe is whole when its last chunk is, with no
+  pass over 16 MiB after it. Only chunks it did not load are copied afterwards.
 - A stripe is assembled only from clean chunks (none dirty, frozen for a flush
   or stale after a shrink; the caller checks): a chunk that changes afterwards
   goes through ``ChunkCache.forget`` or ``invalidate``, which drop every cached
@@ -27,6 +30,7 @@ the trio thread (docs/concurrency.md):
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -37,11 +41,12 @@ import trio
 from zarrfs.core.counters import Counters
 from zarrfs.core.pool import BACKGROUND, URGENT, WorkerPool
 from zarrfs.core.read.buffers import SpareBuffers
+from zarrfs.core.read.flights import Sink
 from zarrfs.core.read.loading import drop_tracebacks
 from zarrfs.core.read.lru import DecodedLru, StripeKey
 from zarrfs.core.read.reading import assemble
 from zarrfs.errors import ZarrfsError
-from zarrfs.formats.grid.layout import Index, plan_range
+from zarrfs.formats.grid.layout import Index, RangePlan, plan_range
 from zarrfs.formats.grid.stripes import Stripe, StripeLayout
 from zarrfs.formats.model import ArrayMeta
 
@@ -54,7 +59,7 @@ class Chunks(Protocol):
     def ready(self, path: str, index: Index) -> tuple[bool, np.ndarray | None]: ...
 
     async def get(
-        self, meta: ArrayMeta, index: Index, *, priority: int = URGENT
+        self, meta: ArrayMeta, index: Index, *, priority: int = URGENT, sink: Sink | None = None
     ) -> np.ndarray | None: ...
 
     def release(self, meta: ArrayMeta, index: Index) -> None: ...
@@ -157,16 +162,28 @@ class Stripes:
         try:
             plan = plan_range(meta.shape, meta.chunks, meta.itemsize, stripe.start, stripe.nbytes)
             indices = list(plan.chunks)
-            chunks = await self._chunks(meta, indices, priority)
             # A buffer of the cache's: given back for the next stripe once unreferenced.
             out = self.buffers.take(stripe.nbytes)
             if out is None:
                 out = np.empty(stripe.nbytes, dtype=np.uint8)
             else:
                 self.counters.stripe_buffers_reused += 1
-            # Ahead of any chunk load: whoever waits for this stripe waits for nothing
-            # else now, and loads for later stripes queued meanwhile would delay it.
-            view = await self.pool.run(assemble, meta, plan, chunks, out, priority=URGENT)
+            # Chunks loaded for this stripe are copied into place by their loads, as
+            # each is decoded (warm in the decoder's cache, and the stripe is whole
+            # when its last chunk is); the others (cached, loading for someone else)
+            # are copied below.
+            placed: dict[Index, np.ndarray | None] = {}
+            chunks = await self._chunks(meta, indices, priority, _Placing(meta, plan, out, placed))
+            rest = [i for i in indices if i not in placed or placed[i] is not chunks[i]]
+            self.counters.stripe_chunks_placed += len(indices) - len(rest)
+            if rest:
+                # Ahead of any chunk load: whoever waits for this stripe waits for
+                # nothing else now, and loads for later stripes queued meanwhile
+                # would delay it.
+                view = await self.pool.run(assemble, meta, plan, chunks, out, rest, priority=URGENT)
+            else:
+                view = memoryview(out)[plan.byte_offset : plan.byte_offset + plan.nbytes]
+            del placed
             # The chunks are released below: their buffers are recycled only once
             # nothing but the cache refers to them.
             del chunks
@@ -201,7 +218,7 @@ class Stripes:
             assembly.done.set()
 
     async def _chunks(
-        self, meta: ArrayMeta, indices: list[Index], priority: int
+        self, meta: ArrayMeta, indices: list[Index], priority: int, placing: _Placing
     ) -> dict[Index, np.ndarray | None]:
         found: dict[Index, np.ndarray | None] = {}
         missing = []
@@ -218,7 +235,9 @@ class Stripes:
 
         async def load(index: Index) -> None:
             try:
-                found[index] = await self.chunks.get(meta, index, priority=priority)
+                found[index] = await self.chunks.get(
+                    meta, index, priority=priority, sink=functools.partial(placing, index)
+                )
             except Exception as e:  # the first is raised below
                 errors.append(e)
 
@@ -272,6 +291,22 @@ class Stripes:
             known.pop(extent, None)
             if not known:
                 del self._known[path]
+
+
+@dataclass(frozen=True)
+class _Placing:
+    """Copies a chunk into its stripe in the worker that decoded it, and notes the
+    chunk placed (the assembly then copies only the others: a chunk reloaded
+    meanwhile, from a replaced shard, is not the one placed)."""
+
+    meta: ArrayMeta
+    plan: RangePlan
+    out: np.ndarray
+    placed: dict[Index, np.ndarray | None]
+
+    def __call__(self, index: Index, chunk: np.ndarray | None) -> None:
+        assemble(self.meta, self.plan, {index: chunk}, self.out, (index,))
+        self.placed[index] = chunk  # (one key per worker: no lock needed)
 
 
 def _extent(stripe: Stripe) -> tuple[int, int]:
