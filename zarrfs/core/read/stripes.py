@@ -182,7 +182,7 @@ class Stripes:
                 # would delay it.
                 view = await self.pool.run(assemble, meta, plan, chunks, out, rest, priority=URGENT)
             else:
-                view = memoryview(out)[plan.byte_offset : plan.byte_offset + plan.nbytes]
+                view = assemble(meta, plan, chunks, out, ())  # nothing to copy: the view
             del placed
             # The chunks are released below: their buffers are recycled only once
             # nothing but the cache refers to them.
